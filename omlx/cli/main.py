@@ -1,0 +1,45 @@
+"""The `omlx` Typer app: every subcommand is registered here, bodies live in commands/."""
+
+from __future__ import annotations
+
+import typer
+
+from omlx.cli.commands import (
+    bench,
+    cache,
+    completions,
+    config,
+    dflash_bench,
+    models,
+    pull,
+    serve,
+    top,
+)
+
+app = typer.Typer(
+    name="omlx",
+    help="omlx: a fast LLM inference server and toolchain built on MLX.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+app.command("serve")(serve.serve)
+app.command("pull")(pull.pull)
+app.command("models")(models.list_models)
+app.command("pin")(models.pin)
+app.command("unpin")(models.unpin)
+app.command("bench")(bench.bench)
+app.add_typer(cache.app, name="cache")
+app.command("dflash-bench")(dflash_bench.dflash_bench)
+app.command("top")(top.top)
+app.add_typer(config.app, name="config")
+app.command("completions")(completions.completions)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""The narrow async interface between the server and the engines (imports no MLX).
+
+The server converts every API dialect into one `GenerationRequest` and consumes
+`GenerationEvent`s; it never sees MLX, BatchGenerator uids or engine internals.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, NewType, Protocol
+
+RequestId = NewType("RequestId", str)
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature <= 1e-5
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    role: str
+    content: str | list[dict[str, Any]] | None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One generation, as the engine sees it.
+
+    Exactly one of `messages` (chat: rendered with the model's template) or
+    `prompt` (text completion) or `prompt_token_ids` is set.
+    """
+
+    request_id: RequestId
+    model: str
+    messages: list[ChatMessage] | None = None
+    prompt: str | None = None
+    prompt_token_ids: list[int] | None = None
+    max_tokens: int | None = None
+    stop: list[str] = field(default_factory=list)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # Text appended after the rendered template (prefill of an assistant turn).
+    add_generation_prompt: bool = True
+
+
+class FinishReason(enum.StrEnum):
+    STOP = "stop"
+    LENGTH = "length"
+    TOOL_CALLS = "tool_calls"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    token: str
+    logprob: float
+    top: list[tuple[str, float]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """The request is admitted; prompt_tokens is final, cached_tokens came from the cache."""
+
+    request_id: RequestId
+    prompt_tokens: int
+    cached_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Prefill progress, while the first token is pending."""
+
+    request_id: RequestId
+    processed_tokens: int
+    total_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """New text (already detokenized, stop strings removed) and the ids behind it."""
+
+    request_id: RequestId
+    text: str
+    token_ids: list[int]
+    logprobs: list[TokenLogprob] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    request_id: RequestId
+    finish_reason: FinishReason
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+    served_by: str = "batch"  # which path served it: "batch" or "dflash"
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    request_id: RequestId
+    error: Exception
+
+
+GenerationEvent = Started | Progress | Token | Done | Failed
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    id: str
+    type: str  # llm | vlm | embedding | reranker | ocr
+    loaded: bool
+    pinned: bool = False
+    created: int = 0
+    context_length: int | None = None
+    memory_bytes: int = 0
+
+
+class EnginePool(Protocol):
+    """What the server needs from the engines."""
+
+    def list_models(self) -> list[ModelInfo]: ...
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        """Stream events for one request; raises OmlxError subclasses before the first one."""
+        ...
+
+    async def count_tokens(self, request: GenerationRequest) -> int: ...
+
+    def cancel(self, request_id: RequestId) -> None: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+    async def close(self) -> None: ...

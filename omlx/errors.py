@@ -1,0 +1,50 @@
+"""One error tree for the whole project; the server maps codes to HTTP statuses."""
+
+from __future__ import annotations
+
+
+class OmlxError(Exception):
+    """Base of every error omlx raises on purpose."""
+
+    code = "internal_error"
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class InvalidRequest(OmlxError):
+    code = "invalid_request"
+
+
+class ContextTooLong(InvalidRequest):
+    code = "context_length_exceeded"
+
+
+class Unauthorized(OmlxError):
+    code = "invalid_api_key"
+
+
+class ModelNotFound(OmlxError):
+    code = "model_not_found"
+
+
+class Overloaded(OmlxError):
+    """Queue full or memory budget exhausted: the client should retry later."""
+
+    code = "overloaded"
+
+    def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class NotAvailableYet(OmlxError):
+    code = "not_available"
+
+
+class ImportFailed(OmlxError):
+    """A model could not be imported (unsupported architecture, quant type, bad file)."""
+
+    code = "import_failed"

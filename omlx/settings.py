@@ -1,0 +1,301 @@
+"""One typed settings object: defaults < TOML file < OMLX_* environment < CLI flags."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+import tomli_w
+
+KeepAliveMode = Literal["comment", "chunk", "off"]
+
+
+def _doc(text: str) -> msgspec.Meta:
+    return msgspec.Meta(description=text)
+
+
+class ServerSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    host: Annotated[str, _doc("Address to bind; loopback unless told otherwise")] = "127.0.0.1"
+    port: Annotated[int, _doc("TCP port"), msgspec.Meta(ge=0, le=65535)] = 8000
+    api_key: Annotated[str, _doc("Bearer/x-api-key required on /v1 when set")] = ""
+    cors_origins: Annotated[list[str], _doc("Allowed CORS origins; empty = CORS closed")] = []
+    keepalive_mode: Annotated[
+        KeepAliveMode, _doc("SSE keep-alive while the first token is pending")
+    ] = "comment"
+    keepalive_interval_s: Annotated[
+        float, _doc("Seconds between keep-alive frames"), msgspec.Meta(gt=0)
+    ] = 5.0
+    max_request_bytes: Annotated[
+        int, _doc("Largest accepted request body"), msgspec.Meta(gt=0)
+    ] = 64 * 1024 * 1024
+
+
+class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    default_model: Annotated[str, _doc("Model served when a request names none")] = ""
+    max_running: Annotated[
+        int, _doc("Sequences decoded together per model"), msgspec.Meta(ge=1)
+    ] = 32
+    max_queued: Annotated[
+        int, _doc("Requests waiting per model before 503"), msgspec.Meta(ge=0)
+    ] = 256
+    prefill_batch_size: Annotated[
+        int, _doc("Prompts prefilled together"), msgspec.Meta(ge=1)
+    ] = 8
+    prefill_step_tokens: Annotated[
+        int, _doc("Prompt tokens processed per prefill chunk"), msgspec.Meta(ge=16)
+    ] = 512
+    prefill_share: Annotated[
+        float,
+        _doc("Share of engine time given to prefill while streams decode (0-1)"),
+        msgspec.Meta(gt=0, le=1),
+    ] = 0.3
+    default_max_tokens: Annotated[
+        int, _doc("max_tokens when a request sets none"), msgspec.Meta(ge=1)
+    ] = 2048
+    dtype: Annotated[
+        Literal["auto", "float32", "float16", "bfloat16"],
+        _doc("Import dtype for the default model; auto = float32 on CPU, 4-bit kept on GPU"),
+    ] = "auto"
+
+
+class ModelSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    dirs: Annotated[list[str], _doc("Extra model directories to scan")] = []
+    scan_hf_cache: Annotated[bool, _doc("Also scan the Hugging Face hub cache")] = True
+    pinned: Annotated[list[str], _doc("Models never unloaded automatically")] = []
+    memory_budget: Annotated[
+        str, _doc("Pool memory budget: bytes (e.g. 8GB) or a fraction of RAM (e.g. 0.75)")
+    ] = "0.75"
+    ttl_s: Annotated[
+        float, _doc("Unload a model idle this long (0 = never)"), msgspec.Meta(ge=0)
+    ] = 0.0
+
+
+class CacheSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    enabled: Annotated[bool, _doc("Tiered block KV cache on/off")] = True
+    block_size: Annotated[int, _doc("Tokens per cache block"), msgspec.Meta(ge=1)] = 256
+    hot_budget_bytes: Annotated[
+        int, _doc("RAM hot tier budget shared by all models"), msgspec.Meta(ge=0)
+    ] = 2 * 1024**3
+    cold_dir: Annotated[str, _doc("SSD cold tier directory (default $OMLX_HOME/cache)")] = ""
+    cold_cap_bytes: Annotated[
+        int, _doc("Cold tier size cap; 0 = 10% of free disk at start-up"), msgspec.Meta(ge=0)
+    ] = 0
+
+
+class DraftSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    model: Annotated[str, _doc("Model served with a DFlash draft")] = ""
+    path: Annotated[str, _doc("DFlash draft checkpoint folder")] = ""
+    block_size: Annotated[int, _doc("DFlash draft block size"), msgspec.Meta(ge=2)] = 16
+    max_context_tokens: Annotated[
+        int, _doc("Longer prompts use the normal batched path"), msgspec.Meta(ge=1)
+    ] = 8192
+
+
+class LogSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    level: Annotated[
+        Literal["DEBUG", "INFO", "WARNING", "ERROR"], _doc("Log level")
+    ] = "INFO"
+
+
+class Settings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    server: ServerSettings = msgspec.field(default_factory=ServerSettings)
+    engine: EngineSettings = msgspec.field(default_factory=EngineSettings)
+    models: ModelSettings = msgspec.field(default_factory=ModelSettings)
+    cache: CacheSettings = msgspec.field(default_factory=CacheSettings)
+    draft: DraftSettings = msgspec.field(default_factory=DraftSettings)
+    log: LogSettings = msgspec.field(default_factory=LogSettings)
+
+
+SECTIONS: dict[str, type[msgspec.Struct]] = {
+    "server": ServerSettings,
+    "engine": EngineSettings,
+    "models": ModelSettings,
+    "cache": CacheSettings,
+    "draft": DraftSettings,
+    "log": LogSettings,
+}
+
+Source = Literal["default", "file", "env", "cli"]
+
+
+class SettingsError(ValueError):
+    """A settings key or value that cannot be accepted."""
+
+
+def omlx_home() -> Path:
+    return Path(os.environ.get("OMLX_HOME") or Path.home() / ".omlx").expanduser()
+
+
+def config_path() -> Path:
+    return Path(os.environ.get("OMLX_CONFIG") or omlx_home() / "config.toml")
+
+
+def env_var(key: str) -> str:
+    section, name = key.split(".", 1)
+    return f"OMLX_{section.upper()}__{name.upper()}"
+
+
+def all_keys() -> list[str]:
+    return [f"{s}.{f}" for s, cls in SECTIONS.items() for f in cls.__struct_fields__]
+
+
+def field_type(key: str) -> Any:
+    section, name = _split_key(key)
+    return msgspec.structs.fields(SECTIONS[section])[
+        SECTIONS[section].__struct_fields__.index(name)
+    ].type
+
+
+def description(key: str) -> str:
+    section, name = _split_key(key)
+    for f in msgspec.inspect.type_info(SECTIONS[section]).fields:  # type: ignore[attr-defined]
+        if f.name == name:
+            t = f.type
+            while isinstance(t, msgspec.inspect.Metadata):
+                if t.extra_json_schema and "description" in t.extra_json_schema:
+                    return t.extra_json_schema["description"]
+                t = t.type
+    return ""
+
+
+def _split_key(key: str) -> tuple[str, str]:
+    if "." not in key:
+        raise SettingsError(f"unknown setting {key!r}: use SECTION.FIELD, one of {all_keys()}")
+    section, name = key.split(".", 1)
+    if section not in SECTIONS or name not in SECTIONS[section].__struct_fields__:
+        raise SettingsError(f"unknown setting {key!r}; known settings: {', '.join(all_keys())}")
+    return section, name
+
+
+def parse_value(key: str, raw: str) -> Any:
+    """Turn a string from the environment or the command line into a typed value."""
+    t = field_type(key)
+    try:
+        as_json = msgspec.json.decode(raw.encode())
+    except msgspec.DecodeError:
+        as_json = None
+    for candidate in (as_json, raw) if as_json is not None else (raw,):
+        try:
+            return msgspec.convert(candidate, t, strict=False)
+        except msgspec.ValidationError:
+            continue
+    if _is_list(t):
+        items = [x.strip() for x in raw.split(",") if x.strip()]
+        try:
+            return msgspec.convert(items, t, strict=False)
+        except msgspec.ValidationError as e:
+            raise SettingsError(f"bad value for {key}: {e}") from None
+    try:
+        msgspec.convert(raw, t, strict=False)
+    except msgspec.ValidationError as e:
+        raise SettingsError(f"bad value {raw!r} for {key}: {e}") from None
+    raise SettingsError(f"bad value {raw!r} for {key}")
+
+
+def _is_list(t: Any) -> bool:
+    return "list[" in str(t)
+
+
+@dataclass(slots=True)
+class LoadedSettings:
+    settings: Settings
+    sources: dict[str, Source] = field(default_factory=dict)
+    path: Path | None = None
+
+    def value(self, key: str) -> Any:
+        section, name = _split_key(key)
+        return getattr(getattr(self.settings, section), name)
+
+
+def read_file(path: Path) -> dict[str, dict[str, Any]]:
+    if not path.exists():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise SettingsError(f"{path}: not valid TOML: {e}") from None
+    for section, values in data.items():
+        if section not in SECTIONS or not isinstance(values, dict):
+            raise SettingsError(f"{path}: unknown section [{section}]")
+        for name in values:
+            _split_key(f"{section}.{name}")
+    return data
+
+
+def load_settings(
+    cli: dict[str, Any] | None = None, path: Path | None = None
+) -> LoadedSettings:
+    """Merge defaults, the TOML file, OMLX_* variables and CLI flags; validate once."""
+    path = path or config_path()
+    merged: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+    sources: dict[str, Source] = dict.fromkeys(all_keys(), "default")
+    for section, values in read_file(path).items():
+        for name, v in values.items():
+            merged[section][name] = v
+            sources[f"{section}.{name}"] = "file"
+    for key in all_keys():
+        raw = os.environ.get(env_var(key))
+        if raw is not None:
+            section, name = key.split(".", 1)
+            merged[section][name] = parse_value(key, raw)
+            sources[key] = "env"
+    for key, v in (cli or {}).items():
+        if v is None:
+            continue
+        section, name = _split_key(key)
+        merged[section][name] = v
+        sources[key] = "cli"
+    try:
+        settings = msgspec.convert(merged, Settings, strict=False)
+    except msgspec.ValidationError as e:
+        raise SettingsError(f"invalid settings: {e}") from None
+    return LoadedSettings(settings=settings, sources=sources, path=path)
+
+
+def set_value(key: str, raw: str, path: Path | None = None) -> Any:
+    """Validate and write one key to the TOML file; returns the typed value."""
+    path = path or config_path()
+    section, name = _split_key(key)
+    value = parse_value(key, raw)
+    data = read_file(path)
+    data.setdefault(section, {})[name] = value
+    try:
+        msgspec.convert(data, Settings, strict=False)
+    except msgspec.ValidationError as e:
+        raise SettingsError(f"bad value {raw!r} for {key}: {e}") from None
+    write_file(path, data)
+    return value
+
+
+def update_list(key: str, item: str, add: bool, path: Path | None = None) -> list[str]:
+    """Add or remove one item of a list setting in the file (used by pin/unpin)."""
+    path = path or config_path()
+    section, name = _split_key(key)
+    data = read_file(path)
+    current = list(data.get(section, {}).get(name, []))
+    if add and item not in current:
+        current.append(item)
+    if not add:
+        current = [x for x in current if x != item]
+    data.setdefault(section, {})[name] = current
+    write_file(path, data)
+    return current
+
+
+def write_file(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".toml.tmp")
+    tmp.write_text(tomli_w.dumps(data))
+    os.replace(tmp, path)
+
+
+def flatten(settings: Settings) -> dict[str, Any]:
+    return {
+        f"{s}.{f}": getattr(getattr(settings, s), f)
+        for s, cls in SECTIONS.items()
+        for f in cls.__struct_fields__
+    }
