@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, NewType, Protocol
 
+from omlx.schemas.stats import StatsSnapshot
+
 RequestId = NewType("RequestId", str)
 
 
@@ -100,12 +102,25 @@ class Progress:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+@dataclass(frozen=True, slots=True)
 class Token:
-    """New text (already detokenized, stop strings removed) and the ids behind it."""
+    """One step's output, already parsed for the model's reasoning/tool-call markup.
+
+    `text` is answer content (markup and stop strings removed), `reasoning` is
+    thinking text, `tool_calls` are calls completed in this step; any may be empty.
+    """
 
     request_id: RequestId
     text: str
     token_ids: list[int]
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
     logprobs: list[TokenLogprob] | None = None
 
 
@@ -152,6 +167,6 @@ class EnginePool(Protocol):
 
     def cancel(self, request_id: RequestId) -> None: ...
 
-    def stats(self) -> dict[str, Any]: ...
+    def stats(self) -> StatsSnapshot: ...
 
     async def close(self) -> None: ...

@@ -1,0 +1,20 @@
+"""Test-wide isolation: every test gets its own OMLX_HOME and no stray OMLX_* settings."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _isolated_omlx_home(tmp_path, monkeypatch):
+    for key in list(os.environ):
+        if key.startswith("OMLX_"):
+            monkeypatch.delenv(key)
+    home = tmp_path / "omlx-home"
+    home.mkdir()
+    monkeypatch.setenv("OMLX_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    return home
