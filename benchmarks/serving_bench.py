@@ -1,0 +1,165 @@
+"""omlx against mlx_lm.server on the same model, in one run.
+
+Measures, per server: aggregate tokens/s, TTFT p50/p95 and inter-token gaps at each
+concurrency level; decode streams disturbed by a long prefill; a burst of concurrent
+streaming requests (how many are dropped). Writes JSON and a Markdown table with ratios.
+
+    python benchmarks/serving_bench.py [--smoke] [--blas stock|preload] [--out NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from omlx.loadgen.scenarios import run_interference, run_level
+from omlx.loadgen.server_process import free_port, server_process
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def default_model_dir() -> Path:
+    from omlx.engine.default_model import ensure_default_model
+    from omlx.settings import omlx_home
+
+    return ensure_default_model(omlx_home() / "models")
+
+
+def blas_env(mode: str) -> dict[str, str]:
+    """stock: MLX's bundled reference BLAS for both servers; preload: the optimized one."""
+    if mode == "stock":
+        return {"OMLX_BLAS": "off"}
+    from omlx.engine import blas
+
+    lib = blas.find_library()  # type: ignore[attr-defined]
+    if lib is None:
+        raise SystemExit("no optimized BLAS found to preload")
+    return {"LD_PRELOAD": str(lib), "OMLX_BLAS": "off"}
+
+
+async def measure(base: str, model: str, levels: list[int], args) -> dict:
+    out: dict = {"levels": [], "interference": None, "burst": None}
+    for salt, conc in enumerate(levels):
+        r = await run_level(
+            base, model, concurrency=conc, num_requests=max(2 * conc, 4),
+            prompt_words=args.prompt_words, max_tokens=args.max_tokens, salt=salt + 1,
+        )
+        print(f"  c={conc}: {r.aggregate_tps:.1f} tok/s, ttft p50 {r.ttft_p50_s}, "
+              f"failed {r.num_failed}", flush=True)
+        out["levels"].append(r.to_dict())
+    inter = await run_interference(
+        base, model, num_streams=4, long_prompt_words=args.long_prompt_words,
+        max_tokens=args.interference_tokens,
+    )
+    print(f"  interference: kept {inter.speed_kept}", flush=True)
+    out["interference"] = inter.to_dict()
+    burst = await run_level(
+        base, model, concurrency=args.burst, num_requests=args.burst,
+        prompt_words=16, max_tokens=4, salt=99,
+    )
+    print(f"  burst {args.burst}: failed {burst.num_failed}", flush=True)
+    out["burst"] = burst.to_dict()
+    return out
+
+
+def run_server(name: str, cmd: list[str], port: int, env: dict, model: str, levels, args):
+    log = RESULTS / f"{args.out}-{name}.log"
+    print(f"{name}: {' '.join(cmd)}", flush=True)
+    with server_process(cmd, port, env=env, log_path=log) as base:
+        return asyncio.run(measure(base, model, levels, args))
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a and b else None
+
+
+def markdown(res: dict, command: str) -> str:
+    o, p = res["omlx"], res["mlx_lm"]
+    lines = [
+        f"# Serving benchmark: omlx vs mlx_lm.server ({res['model_name']})", "",
+        f"Command: `{command}`", "",
+        f"Date {res['date']}, git {res['git']}, {res['machine']}, BLAS mode `{res['blas']}`.",
+        "", "| concurrency | omlx tok/s | mlx_lm tok/s | ratio | omlx TTFT p50/p95 s | "
+        "mlx_lm TTFT p50/p95 s | omlx failed | mlx_lm failed |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for a, b in zip(o["levels"], p["levels"], strict=True):
+        lines.append(
+            f"| {a['concurrency']} | {a['aggregate_tps']:.1f} | {b['aggregate_tps']:.1f} | "
+            f"{ratio(a['aggregate_tps'], b['aggregate_tps'])} | "
+            f"{_s(a['ttft_p50_s'])}/{_s(a['ttft_p95_s'])} | "
+            f"{_s(b['ttft_p50_s'])}/{_s(b['ttft_p95_s'])} | {a['num_failed']} | {b['num_failed']} |"
+        )
+    oi, pi = o["interference"], p["interference"]
+    lines += [
+        "", "Decode streams while another request prefills a long prompt "
+        f"({oi['long_prompt_tokens']} tokens), 4 streams:", "",
+        "| | gap before ms | gap during ms | max gap during ms | speed kept | long TTFT s |",
+        "| --- | --- | --- | --- | --- | --- |",
+        f"| omlx | {_f(oi['gap_before_ms'])} | {_f(oi['gap_during_ms'])} | "
+        f"{_f(oi['max_gap_during_ms'])} | {_f(oi['speed_kept'])} | {_s(oi['long_ttft_s'])} |",
+        f"| mlx_lm | {_f(pi['gap_before_ms'])} | {_f(pi['gap_during_ms'])} | "
+        f"{_f(pi['max_gap_during_ms'])} | {_f(pi['speed_kept'])} | {_s(pi['long_ttft_s'])} |",
+        "", f"Burst of {o['burst']['num_requests']} concurrent streaming requests: omlx dropped "
+        f"{o['burst']['num_failed']}, mlx_lm dropped {p['burst']['num_failed']}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _f(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--smoke", action="store_true", help="tiny run to check the script works")
+    ap.add_argument("--blas", choices=["stock", "preload"], default="preload")
+    ap.add_argument("--levels", default="1,4,8,16")
+    ap.add_argument("--prompt-words", type=int, default=128)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--long-prompt-words", type=int, default=1000)
+    ap.add_argument("--interference-tokens", type=int, default=120)
+    ap.add_argument("--burst", type=int, default=256)
+    ap.add_argument("--out", default="serving")
+    args = ap.parse_args()
+    if args.smoke:
+        args.levels, args.prompt_words, args.max_tokens = "1,2", 16, 8
+        args.long_prompt_words, args.interference_tokens, args.burst = 100, 20, 8
+        args.out += "-smoke"
+    levels = [int(x) for x in args.levels.split(",")]
+    model_dir = default_model_dir()
+    env = blas_env(args.blas)
+    RESULTS.mkdir(exist_ok=True)
+    port = free_port()
+    peer_cmd = [sys.executable, "-m", "mlx_lm", "server", "--model", str(model_dir),
+                "--port", str(port)]
+    omlx_cmd = [sys.executable, "-m", "omlx.cli.main", "serve", "--model", str(model_dir),
+                "--port", str(port)]
+    res = {
+        "model_name": model_dir.name, "blas": args.blas, "date": time.strftime("%Y-%m-%d %H:%M"),
+        "git": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True).stdout.strip(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "mlx_lm": run_server("mlx_lm", peer_cmd, port, env, "default_model", levels, args),
+        "omlx": run_server("omlx", omlx_cmd, port, env, model_dir.name, levels, args),
+    }
+    command = "python benchmarks/serving_bench.py " + " ".join(sys.argv[1:])
+    res["command"] = command
+    (RESULTS / f"{args.out}.json").write_text(json.dumps(res, indent=2))
+    (RESULTS / f"{args.out}.md").write_text(markdown(res, command))
+    print(markdown(res, command))
+
+
+if __name__ == "__main__":
+    main()
