@@ -134,6 +134,19 @@ def config_path() -> Path:
     return Path(os.environ.get("OMLX_CONFIG") or omlx_home() / "config.toml")
 
 
+def hf_hub_cache() -> Path:
+    """The Hugging Face hub cache, resolved as huggingface_hub does but at call time.
+
+    huggingface_hub reads these variables once at import; the store re-reads them so a
+    changed HF_HOME (tests, long-lived processes) is honoured.
+    """
+    env = os.environ
+    if env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE"):
+        return Path(env.get("HF_HUB_CACHE") or env["HUGGINGFACE_HUB_CACHE"]).expanduser()
+    xdg = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(env.get("HF_HOME") or Path(xdg) / "huggingface").expanduser() / "hub"
+
+
 def env_var(key: str) -> str:
     section, name = key.split(".", 1)
     return f"OMLX_{section.upper()}__{name.upper()}"

@@ -1,0 +1,167 @@
+"""The model store: model folders under the model directories and the Hugging Face cache."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from omlx.engine.model_types import (
+    ModelType,
+    NotAModelFolder,
+    inspect_model,
+    is_model_folder,
+)
+from omlx.errors import ModelNotFound
+from omlx.settings import hf_hub_cache, omlx_home
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEntry:
+    name: str
+    path: Path
+    type: ModelType
+    architecture: str
+    num_params: int | None
+    size_bytes: int
+    quantization: str | None
+    context_length: int | None
+    pinned: bool = False
+    source: str = "local"  # "local" (a model directory) or "hf-cache"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["path"] = str(self.path)
+        d["type"] = self.type.value
+        return d
+
+
+def default_models_dir() -> Path:
+    return omlx_home() / "models"
+
+
+class ModelStore:
+    """Finds model folders; cheap to build, scans on `list()`."""
+
+    def __init__(
+        self,
+        dirs: Sequence[Path] | None = None,
+        *,
+        hf_cache: Path | None = None,
+        scan_hf_cache: bool = True,
+        pinned: Iterable[str] = (),
+    ) -> None:
+        self.dirs = list(dirs) if dirs is not None else [default_models_dir()]
+        self.hf_cache = hf_cache if hf_cache is not None else hf_hub_cache()
+        self.scan_hf_cache = scan_hf_cache
+        self.pinned = set(pinned)
+
+    @classmethod
+    def from_settings(cls, models: Any) -> ModelStore:
+        """Build from a `ModelSettings` section: the default dir first, then `models.dirs`."""
+        dirs = [default_models_dir(), *(Path(d).expanduser() for d in models.dirs)]
+        return cls(list(dict.fromkeys(dirs)), scan_hf_cache=models.scan_hf_cache, pinned=models.pinned)
+
+    @property
+    def primary_dir(self) -> Path:
+        """Where pulls and imports land."""
+        return self.dirs[0]
+
+    def list(self) -> list[ModelEntry]:
+        found: dict[str, ModelEntry] = {}
+        candidates = [(n, p, "local") for d in self.dirs for n, p in _scan_dir(d)]
+        if self.scan_hf_cache:
+            candidates += [(n, p, "hf-cache") for n, p in _scan_hf_cache(self.hf_cache)]
+        for name, path, source in candidates:
+            # The first directory wins a name clash, as PATH does.
+            if name in found:
+                continue
+            entry = self._entry(name, path, source)
+            if entry is not None:
+                found[name] = entry
+        return sorted(found.values(), key=lambda e: e.name.lower())
+
+    def _entry(self, name: str, path: Path, source: str) -> ModelEntry | None:
+        try:
+            info = inspect_model(path, name=name)
+        except (NotAModelFolder, OSError) as e:
+            log.warning("skipping %s: %s", path, e)
+            return None
+        return ModelEntry(
+            name=name,
+            path=path,
+            type=info.type,
+            architecture=info.architecture,
+            num_params=info.num_params,
+            size_bytes=info.size_bytes,
+            quantization=info.quantization,
+            context_length=info.context_length,
+            pinned=name in self.pinned,
+            source=source,
+        )
+
+    def resolve(self, name: str) -> ModelEntry:
+        """By exact name, a unique case-insensitive name or `/`-suffix match, or a path."""
+        entries = self.list()
+        for e in entries:
+            if e.name == name:
+                return e
+        lowered = name.lower()
+        matches = [e for e in entries if e.name.lower() == lowered]
+        if not matches:
+            matches = [e for e in entries if e.name.lower().endswith("/" + lowered)]
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            names = ", ".join(e.name for e in matches)
+            raise ModelNotFound(f"model {name!r} is ambiguous: it matches {names}", param="model")
+        path = Path(name).expanduser()
+        if is_model_folder(path):
+            entry = self._entry(path.resolve().name, path.resolve(), "path")
+            if entry is not None:
+                return entry
+        known = ", ".join(e.name for e in entries) or "none (add one with `omlx pull`)"
+        raise ModelNotFound(f"model {name!r} not found; available: {known}", param="model")
+
+
+def _scan_dir(root: Path) -> list[tuple[str, Path]]:
+    """Model folders directly in `root` or one level down (`org/name`)."""
+    if not root.is_dir():
+        return []
+    out: list[tuple[str, Path]] = []
+    for child in sorted(root.iterdir()):
+        if child.name.startswith(".") or not child.is_dir():
+            continue
+        if is_model_folder(child):
+            out.append((child.name, child))
+            continue
+        for grandchild in sorted(child.iterdir()):
+            if not grandchild.name.startswith(".") and is_model_folder(grandchild):
+                out.append((f"{child.name}/{grandchild.name}", grandchild))
+    return out
+
+
+def _scan_hf_cache(cache: Path) -> list[tuple[str, Path]]:
+    """`models--org--name/snapshots/<rev>/` folders; the `main` ref, else the newest snapshot."""
+    if not cache.is_dir():
+        return []
+    out: list[tuple[str, Path]] = []
+    for repo in sorted(cache.glob("models--*")):
+        snapshot = _current_snapshot(repo)
+        if snapshot is not None and is_model_folder(snapshot):
+            out.append((repo.name.removeprefix("models--").replace("--", "/"), snapshot))
+    return out
+
+
+def _current_snapshot(repo: Path) -> Path | None:
+    ref = repo / "refs" / "main"
+    if ref.is_file():
+        snapshot = repo / "snapshots" / ref.read_text().strip()
+        if snapshot.is_dir():
+            return snapshot
+    snapshots = [p for p in (repo / "snapshots").glob("*") if p.is_dir()]
+    return max(snapshots, key=lambda p: p.stat().st_mtime) if snapshots else None
