@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+pytest_plugins = ["tests.fixtures.tiny_plugin"]
+
 
 @pytest.fixture(autouse=True)
 def _isolated_omlx_home(tmp_path, monkeypatch):
