@@ -66,6 +66,9 @@ class GenerationRequest:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     # Text appended after the rendered template (prefill of an assistant turn).
     add_generation_prompt: bool = True
+    # Anthropic `thinking.budget_tokens`: once this many tokens were spent inside the
+    # reasoning block, the engine closes it (emits the end-of-thinking markup) itself.
+    thinking_budget_tokens: int | None = None
 
 
 class FinishReason(enum.StrEnum):
@@ -132,6 +135,8 @@ class Done:
     completion_tokens: int
     cached_tokens: int = 0
     served_by: str = "batch"  # which path served it: "batch" or "dflash"
+    # The request's stop string that ended generation (Anthropic reports it), if any.
+    stop_sequence: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
