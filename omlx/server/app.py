@@ -1,0 +1,56 @@
+"""The Litestar application: routes, auth, CORS, error mapping, request logging."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from litestar import Litestar
+from litestar.config.cors import CORSConfig
+from litestar.datastructures import State
+
+from omlx.engine.api import EnginePool
+from omlx.server.auth import make_api_key_guard
+from omlx.server.errors import exception_handler
+from omlx.server.request_log import RequestLogMiddleware
+from omlx.server.routes import health, models, openai_chat, openai_completions, stats
+from omlx.settings import Settings
+
+
+def create_app(
+    pool: EnginePool,
+    settings: Settings,
+    *,
+    close_pool_on_shutdown: bool = False,
+    stats_interval_s: float = 1.0,
+    extra_routes: Sequence[Any] = (),
+) -> Litestar:
+    """Build the app around `pool`; `close_pool_on_shutdown` when the app owns the pool."""
+    route_handlers: list[Any] = [
+        *health.ROUTES,
+        *models.ROUTES,
+        *openai_chat.ROUTES,
+        *openai_completions.ROUTES,
+        *stats.ROUTES,
+        *extra_routes,
+    ]
+
+    async def close_pool() -> None:
+        if close_pool_on_shutdown:
+            await pool.close()
+
+    server = settings.server
+    return Litestar(
+        route_handlers=route_handlers,
+        state=State({"pool": pool, "settings": settings, "stats_interval_s": stats_interval_s}),
+        guards=[make_api_key_guard(server.api_key)],
+        middleware=[RequestLogMiddleware],
+        exception_handlers={Exception: exception_handler},
+        cors_config=CORSConfig(allow_origins=list(server.cors_origins))
+        if server.cors_origins
+        else None,
+        request_max_body_size=server.max_request_bytes,
+        on_shutdown=[close_pool],
+        openapi_config=None,
+        logging_config=None,
+    )

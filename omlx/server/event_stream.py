@@ -1,0 +1,146 @@
+"""One request's engine events, read without blocking, with keep-alive ticks and cancel.
+
+The pool's event iterator runs in its own task and feeds a queue, so waiting for the
+next event with a timeout never cancels the engine's iterator halfway through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from omlx.engine.api import (
+    Done,
+    EnginePool,
+    Failed,
+    GenerationEvent,
+    GenerationRequest,
+    Token,
+)
+
+
+class KeepAlive(enum.Enum):
+    """Yielded by `EventStream.events` when nothing was sent for a keep-alive interval."""
+
+    TICK = "tick"
+
+
+class ClientDisconnected(Exception):
+    """The client went away before its request finished."""
+
+
+class EngineStreamEnded(RuntimeError):
+    """The engine's iterator stopped without a Done or Failed event."""
+
+
+Item = GenerationEvent | KeepAlive
+
+
+class EventStream:
+    """Runs `pool.generate(request)` in a task; `close()` cancels it in the engine."""
+
+    def __init__(self, pool: EnginePool, request: GenerationRequest) -> None:
+        self._pool = pool
+        self.request = request
+        self.request_id = request.request_id
+        self._queue: asyncio.Queue[GenerationEvent] = asyncio.Queue()
+        self._pending: list[GenerationEvent] = []
+        self.is_finished = False
+        self._is_closed = False
+        self._task = asyncio.get_running_loop().create_task(self._pump())
+
+    async def _pump(self) -> None:
+        try:
+            async for event in self._pool.generate(self.request):
+                self._queue.put_nowait(event)
+                if isinstance(event, Done | Failed):
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # errors raised before/between events reach the reader
+            self._queue.put_nowait(Failed(self.request_id, e))
+            return
+        self._queue.put_nowait(
+            Failed(self.request_id, EngineStreamEnded("engine stream ended without a result"))
+        )
+
+    async def next(self, timeout_s: float | None = None) -> GenerationEvent | None:
+        """The next event, or None if none arrived within `timeout_s`."""
+        if self._pending:
+            event = self._pending.pop(0)
+        else:
+            try:
+                event = await asyncio.wait_for(self._queue.get(), timeout_s)
+            except TimeoutError:
+                return None
+        if isinstance(event, Done | Failed):
+            self.is_finished = True
+        return event
+
+    def push_back(self, event: GenerationEvent) -> None:
+        self._pending.insert(0, event)
+        if isinstance(event, Done | Failed):
+            self.is_finished = False
+
+    async def events(self, keepalive_s: float | None) -> AsyncIterator[Item]:
+        """Events until Done/Failed; a KeepAlive at once and after each idle interval.
+
+        Started/Progress do not reset the keep-alive clock: they produce no output.
+        """
+        if keepalive_s is None:
+            while True:
+                event = await self.next()
+                assert event is not None
+                yield event
+                if self.is_finished:
+                    return
+        yield KeepAlive.TICK
+        deadline = time.monotonic() + keepalive_s
+        while True:
+            event = await self.next(max(0.0, deadline - time.monotonic()))
+            if event is None:
+                yield KeepAlive.TICK
+                deadline = time.monotonic() + keepalive_s
+                continue
+            if isinstance(event, Token):
+                deadline = time.monotonic() + keepalive_s
+            yield event
+            if self.is_finished:
+                return
+
+    async def collect(self) -> list[GenerationEvent]:
+        """Every event up to and including Done/Failed (non-streaming requests)."""
+        out: list[GenerationEvent] = []
+        while not self.is_finished:
+            event = await self.next()
+            assert event is not None
+            out.append(event)
+        return out
+
+    def close(self) -> None:
+        """Stop the request: cancel it in the engine unless it already finished."""
+        if self._is_closed:
+            return
+        self._is_closed = True
+        if not self._task.done():
+            self._task.cancel()
+        if not self.is_finished:
+            self._pool.cancel(self.request_id)
+            self._queue.put_nowait(
+                Failed(self.request_id, ClientDisconnected("client disconnected"))
+            )
+
+
+async def watch_disconnect(receive: Any, stream: EventStream) -> None:
+    """Close `stream` when the client disconnects (for responses that are not streamed).
+
+    Call after the request body was read: the next ASGI message is the disconnect.
+    """
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            stream.close()
+            return

@@ -1,0 +1,144 @@
+"""Running one generation from a route: admission, streaming, collection, disconnects.
+
+Dialect-free: OpenAI and Anthropic routes share it and only render events differently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from litestar import Request
+
+from omlx.engine.api import (
+    Done,
+    EnginePool,
+    Failed,
+    GenerationEvent,
+    GenerationRequest,
+    Started,
+    Token,
+    TokenLogprob,
+    ToolCall,
+)
+from omlx.server.event_stream import EventStream, KeepAlive, watch_disconnect
+from omlx.server.request_log import current_record
+from omlx.server.sse import keepalive_frame, keepalive_interval, sse_response
+from omlx.settings import Settings
+
+# How long a streaming route waits for the engine's first event before it starts the
+# SSE response: errors that come at once (unknown model, queue full) keep their HTTP
+# status; later ones become in-stream error events.
+ADMISSION_WAIT_S = 0.25
+
+
+def pool_of(request: Request[Any, Any, Any]) -> EnginePool:
+    return request.app.state["pool"]
+
+
+def settings_of(request: Request[Any, Any, Any]) -> Settings:
+    return request.app.state["settings"]
+
+
+def _note(record_from: GenerationEvent) -> None:
+    record = current_record()
+    if isinstance(record_from, Started):
+        record.prompt_tokens = record_from.prompt_tokens
+        record.cached_tokens = record_from.cached_tokens
+    elif isinstance(record_from, Done):
+        record.prompt_tokens = record_from.prompt_tokens
+        record.completion_tokens = record_from.completion_tokens
+        record.cached_tokens = record_from.cached_tokens
+
+
+def begin(request: Request[Any, Any, Any], gen: GenerationRequest) -> EventStream:
+    record = current_record()
+    record.request_id = gen.request_id
+    record.model = gen.model
+    return EventStream(pool_of(request), gen)
+
+
+async def admit(stream: EventStream) -> None:
+    """Wait briefly for the first event; raise the request's error if it failed at once."""
+    first = await stream.next(ADMISSION_WAIT_S)
+    if first is None:
+        return
+    if isinstance(first, Failed):
+        stream.close()
+        raise first.error
+    stream.push_back(first)
+
+
+@dataclass(slots=True)
+class Collected:
+    """A whole non-streamed generation."""
+
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    done: Done | None = None
+
+
+async def collect(request: Request[Any, Any, Any], stream: EventStream) -> Collected:
+    """Run to completion; a client that disconnects cancels the request in the engine."""
+    watcher = asyncio.get_running_loop().create_task(watch_disconnect(request.receive, stream))
+    try:
+        events = await stream.collect()
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        stream.close()
+    out = Collected()
+    for event in events:
+        _note(event)
+        if isinstance(event, Failed):
+            raise event.error
+        if isinstance(event, Token):
+            out.text += event.text
+            out.reasoning += event.reasoning
+            out.tool_calls.extend(event.tool_calls)
+            out.logprobs.extend(event.logprobs or [])
+        elif isinstance(event, Done):
+            out.done = event
+    return out
+
+
+FrameRenderer = Callable[[GenerationEvent], list[bytes]]
+
+
+def stream_response(
+    stream: EventStream,
+    settings: Settings,
+    render: FrameRenderer,
+    *,
+    empty_chunk: bytes | None,
+    error_frame: Callable[[BaseException], bytes],
+) -> Any:
+    """An SSE response: keep-alive frames while idle, `render(event)` frames per event,
+    an in-stream error frame on failure; disconnect or end closes the engine request."""
+    mode = settings.server.keepalive_mode
+    tick = keepalive_frame(mode, empty_chunk)
+    interval = keepalive_interval(mode, settings.server.keepalive_interval_s)
+
+    async def frames() -> AsyncGenerator[bytes, None]:
+        try:
+            async for item in stream.events(interval):
+                if item is KeepAlive.TICK:
+                    if tick is not None:
+                        yield tick
+                    continue
+                _note(item)
+                if isinstance(item, Failed):
+                    yield error_frame(item.error)
+                    return
+                for chunk in render(item):
+                    yield chunk
+        finally:
+            stream.close()
+
+    return sse_response(frames(), on_close=stream.close)

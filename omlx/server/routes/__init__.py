@@ -1,0 +1,1 @@
+"""Route modules; each exposes `ROUTES`, registered in omlx/server/app.py."""

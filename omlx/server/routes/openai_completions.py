@@ -1,0 +1,49 @@
+"""POST /v1/completions (legacy text completions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response, post
+
+from omlx.schemas.openai import CompletionRequest
+from omlx.server.generation import admit, begin, collect, settings_of, stream_response
+from omlx.server.openai_render import CompletionChunker, completion, error_frame
+from omlx.server.openai_requests import (
+    completion_generation_request,
+    decode_body,
+    new_request_id,
+)
+
+
+@post("/v1/completions", status_code=200, opt={"dialect": "openai"})
+async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
+    settings = settings_of(request)
+    body = decode_body(await request.body(), CompletionRequest)
+    gen = completion_generation_request(body, settings, new_request_id("cmpl"))
+    echo = gen.prompt or "" if body.echo else ""
+    want_logprobs = body.logprobs is not None
+    stream = begin(request, gen)
+    if not body.stream:
+        result = await collect(request, stream)
+        return Response(
+            completion(gen.request_id, gen.model, result, echo=echo, want_logprobs=want_logprobs)
+        )
+    await admit(stream)
+    chunker = CompletionChunker(
+        request_id=gen.request_id,
+        model=gen.model,
+        include_usage=bool(body.stream_options and body.stream_options.include_usage),
+        want_logprobs=want_logprobs,
+        echo=echo,
+    )
+    return stream_response(
+        stream,
+        settings,
+        chunker.render,
+        empty_chunk=chunker.empty_chunk(),
+        error_frame=error_frame,
+    )
+
+
+ROUTES = [completions]
