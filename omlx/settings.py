@@ -95,6 +95,27 @@ class DraftSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
     ] = 8192
 
 
+class AgentSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    model_aliases: Annotated[
+        dict[str, str],
+        _doc(
+            "Client model names → local models; a key also matches names containing it "
+            '(e.g. {"sonnet": "qwen3-8b"} serves claude-sonnet-4-5)'
+        ),
+    ] = {}
+    context_window_tokens: Annotated[
+        int,
+        _doc(
+            "Anthropic API: scale reported token counts to this context window "
+            "(e.g. 200000 for Claude Code's auto-compaction); 0 = report real counts"
+        ),
+        msgspec.Meta(ge=0),
+    ] = 0
+    max_stored_responses: Annotated[
+        int, _doc("Responses API: responses kept for previous_response_id"), msgspec.Meta(ge=0)
+    ] = 256
+
+
 class LogSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     level: Annotated[
         Literal["DEBUG", "INFO", "WARNING", "ERROR"], _doc("Log level")
@@ -108,6 +129,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=
     cache: CacheSettings = msgspec.field(default_factory=CacheSettings)
     draft: DraftSettings = msgspec.field(default_factory=DraftSettings)
     log: LogSettings = msgspec.field(default_factory=LogSettings)
+    agents: AgentSettings = msgspec.field(default_factory=AgentSettings)
 
 
 SECTIONS: dict[str, type[msgspec.Struct]] = {
@@ -117,6 +139,7 @@ SECTIONS: dict[str, type[msgspec.Struct]] = {
     "cache": CacheSettings,
     "draft": DraftSettings,
     "log": LogSettings,
+    "agents": AgentSettings,
 }
 
 Source = Literal["default", "file", "env", "cli"]
