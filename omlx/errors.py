@@ -48,3 +48,9 @@ class ImportFailed(OmlxError):
     """A model could not be imported (unsupported architecture, quant type, bad file)."""
 
     code = "import_failed"
+
+
+class DraftMismatch(InvalidRequest):
+    """A DFlash draft checkpoint does not fit its target (hidden size, vocabulary, layers)."""
+
+    code = "draft_mismatch"

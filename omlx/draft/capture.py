@@ -1,0 +1,159 @@
+"""Target-side DFlash hooks: hidden-state capture, verify tapes and cache rollback.
+
+No installed mlx-lm file is edited. While a DFlash forward runs, the entries of the
+target's decoder-layer list are swapped for thin proxies that record the outputs of the
+configured layers, and (in verify) hybrid layers' recurrent mixers for tape recorders;
+both are swapped back before the call returns, so the batched path sharing the model
+sees the original modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import ArraysCache, KVCache, make_prompt_cache
+
+from omlx.draft.tape import GatedDeltaTape, TapeGatedDeltaNet, can_tape
+from omlx.errors import DraftMismatch
+
+
+class _CaptureLayer(nn.Module):
+    """Calls the wrapped decoder layer and keeps its output hidden state."""
+
+    def __init__(self, inner: nn.Module, sink: dict[int, mx.array], index: int) -> None:
+        super().__init__()
+        self.inner = inner
+        self._sink = sink
+        self._index = index
+
+    def __getattr__(self, name: str) -> Any:
+        # Model loops read layer flags such as qwen3_5's `is_linear`.
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if "inner" not in self:
+                raise
+            return getattr(self["inner"], name)
+
+    def __call__(self, x: mx.array, *args: Any, **kwargs: Any) -> mx.array:
+        out = self.inner(x, *args, **kwargs)
+        self._sink[self._index] = out
+        return out
+
+
+def _text_model(model: nn.Module) -> nn.Module:
+    """The inner decoder stack (`model.model`), for llama, qwen2/3 and qwen3_5 alike."""
+    inner = getattr(model, "model", None)
+    if inner is None or not isinstance(getattr(inner, "layers", None), list):
+        raise DraftMismatch(f"DFlash cannot find the decoder layers of {type(model).__name__}")
+    return inner
+
+
+class TargetAdapter:
+    """A loaded mlx-lm target seen through DFlash: forward with capture, embed, LM head."""
+
+    def __init__(self, model: nn.Module, layer_ids: Sequence[int]) -> None:
+        self.model = model
+        self.layer_ids = tuple(layer_ids)
+        text = _text_model(model)
+        self._layers: list[nn.Module] = text.layers
+        self._embed = text.embed_tokens
+        outer = getattr(model, "language_model", model)
+        self._lm_head = getattr(outer, "lm_head", None)
+        self.hidden_size = int(self._embed.weight.shape[1])
+        self.vocab_size = int(
+            self._lm_head.weight.shape[0]
+            if self._lm_head is not None
+            else self._embed.weight.shape[0]
+        )
+        if hasattr(self._embed, "scales"):  # quantized embedding keeps packed weights
+            self.hidden_size = int(self._embed.scales.shape[1] * self._embed.group_size)
+            self.vocab_size = int(self._embed.scales.shape[0])
+
+    @property
+    def num_layers(self) -> int:
+        return len(self._layers)
+
+    def make_cache(self) -> list[Any]:
+        cache = make_prompt_cache(self.model)
+        for layer, layer_cache in zip(self._layers, cache, strict=True):
+            if type(layer_cache) not in (KVCache, ArraysCache):
+                raise DraftMismatch(
+                    f"DFlash cannot roll back a {type(layer_cache).__name__} "
+                    "(sliding-window or quantized caches are not supported)"
+                )
+            if type(layer_cache) is ArraysCache and not can_tape(
+                getattr(layer, "linear_attn", None)
+            ):
+                raise DraftMismatch(
+                    f"DFlash has no tape replay for the recurrent layers of "
+                    f"{type(self.model).__name__}"
+                )
+        return cache
+
+    def embed(self, ids: mx.array) -> mx.array:
+        return self._embed(ids)
+
+    def lm_head(self, hidden: mx.array) -> mx.array:
+        if self._lm_head is not None:
+            return self._lm_head(hidden)
+        return self._embed.as_linear(hidden)
+
+    def forward(
+        self, ids: mx.array, cache: list[Any], *, record_tape: bool = False
+    ) -> tuple[mx.array, mx.array, list[GatedDeltaTape]]:
+        """Run the target over `ids` [1, L]: logits, captured hidden states, tapes.
+
+        The captured states are the outputs of the configured layers, concatenated in
+        `layer_ids` order on the last axis: [1, L, hidden * len(layer_ids)].
+        """
+        sink: dict[int, mx.array] = {}
+        tapes: list[GatedDeltaTape] = []
+        with self._hooks(sink, tapes if record_tape else None):
+            logits = self.model(ids, cache=cache)
+        hidden = mx.concatenate([sink[i] for i in self.layer_ids], axis=-1)
+        return logits, hidden, tapes
+
+    @contextmanager
+    def _hooks(
+        self, sink: dict[int, mx.array], tapes: list[GatedDeltaTape] | None
+    ) -> Iterator[None]:
+        originals = list(self._layers)
+        swapped_mixers: list[tuple[nn.Module, nn.Module]] = []
+        try:
+            for i in set(self.layer_ids):
+                self._layers[i] = _CaptureLayer(originals[i], sink, i)
+            if tapes is not None:
+                for layer in originals:
+                    mixer = getattr(layer, "linear_attn", None)
+                    if mixer is None:
+                        continue
+                    if not can_tape(mixer):
+                        raise DraftMismatch(
+                            f"DFlash has no tape replay for {type(mixer).__name__} layers"
+                        )
+                    layer.linear_attn = TapeGatedDeltaNet(mixer, tapes)
+                    swapped_mixers.append((layer, mixer))
+            yield
+        finally:
+            self._layers[:] = originals
+            for layer, mixer in swapped_mixers:
+                layer.linear_attn = mixer
+
+    def rollback(
+        self, cache: list[Any], tapes: list[GatedDeltaTape], num_keep: int, num_block: int
+    ) -> None:
+        """Undo the last `num_block - num_keep` verify tokens in every layer's cache."""
+        num_drop = num_block - num_keep
+        if num_drop <= 0:
+            return
+        for layer_cache in cache:
+            if isinstance(layer_cache, KVCache):
+                layer_cache.trim(num_drop)
+        for tape in tapes:
+            tape.replay(num_keep)
+        mx.eval([c.state for c in cache if isinstance(c, ArraysCache)])

@@ -1,0 +1,253 @@
+"""The DFlash loop: PREFILL → DRAFT → VERIFY → ACCEPT → ROLLBACK, repeated.
+
+One `DFlashGenerator` serves one request at a time on the thread that loaded the
+models (MLX streams are thread-bound). `generate` returns a `DFlashRun`, an iterator of
+committed token ids, so callers can stream; its `stats` and `finish_reason` are filled
+in as it runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from omlx.draft.accept import accept_length
+from omlx.draft.capture import TargetAdapter
+from omlx.draft.model import DFlashDraftModel
+from omlx.draft.sampling import probabilities, sample_with_temperature, speculative_accept
+from omlx.draft.stats import DFlashStats
+from omlx.draft.stopping import StopCondition
+from omlx.errors import InvalidRequest
+
+PREFILL_STEP_TOKENS = 2048
+
+
+class Drafter(Protocol):
+    """Proposes the rest of a draft block; the DFlash draft model or a test oracle."""
+
+    draft_block_size: int
+
+    def start(self) -> None:
+        """Forget the previous request's context."""
+
+    def propose(self, committed: Sequence[int], context: mx.array) -> mx.array:
+        """Logits [draft_block_size - 1, vocab] for the positions after `committed[-1]`.
+
+        `context` holds the captured target states of the tokens committed to the
+        target cache since the previous call (the whole prompt on the first call).
+        """
+        ...
+
+
+class DFlashDrafter:
+    """The DFlash draft model driving proposals: block = [last token, MASK × (n - 1)]."""
+
+    def __init__(
+        self,
+        model: DFlashDraftModel,
+        target: TargetAdapter,
+        draft_block_size: int | None = None,
+    ) -> None:
+        cfg = model.config
+        cfg.check_target(
+            hidden_size=target.hidden_size,
+            vocab_size=target.vocab_size,
+            num_layers=target.num_layers,
+        )
+        self.model = model
+        self.target = target
+        self.draft_block_size = draft_block_size or cfg.block_size
+        if self.draft_block_size < 2:
+            raise InvalidRequest("the DFlash draft block size must be at least 2")
+        self.mask_token_id = cfg.mask_token_id
+        self._cache: list[Any] = []
+
+    def start(self) -> None:
+        self._cache = self.model.make_cache()
+
+    def propose(self, committed: Sequence[int], context: mx.array) -> mx.array:
+        block = [committed[-1]] + [self.mask_token_id] * (self.draft_block_size - 1)
+        embeddings = self.target.embed(mx.array(block)[None])
+        hidden = self.model(embeddings.astype(context.dtype), context, self._cache)
+        return self.target.lm_head(hidden[:, 1:])[0]
+
+
+@dataclass(frozen=True, slots=True)
+class DFlashParams:
+    """One request's sampling and stopping parameters."""
+
+    max_tokens: int = 256
+    temperature: float = 0.0
+    draft_by_argmax: bool = False  # temperature > 0: draft greedily, target samples
+    eos_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()
+    suppress_token_ids: tuple[int, ...] = ()
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature < 1e-5
+
+
+class DFlashRun:
+    """Iterator over one request's emitted token ids; stats fill in as it runs."""
+
+    def __init__(self, generator: DFlashGenerator, prompt: list[int], params: DFlashParams):
+        self.stats = DFlashStats(draft_block_size=generator.drafter.draft_block_size)
+        self.stats.prompt_tokens = len(prompt)
+        self.stop = StopCondition(
+            max_tokens=params.max_tokens,
+            eos_token_ids=params.eos_token_ids,
+            stop=params.stop,
+            decode=generator.decode,
+        )
+        self._tokens = generator._cycles(prompt, params, self.stats, self.stop)
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.stop.finish_reason
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.stop.tokens
+
+    def __iter__(self) -> Iterator[int]:
+        return self._tokens
+
+    def __next__(self) -> int:
+        return next(self._tokens)
+
+    def run(self) -> list[int]:
+        """Consume the whole run; the emitted tokens."""
+        for _ in self._tokens:
+            pass
+        return self.tokens
+
+
+class DFlashGenerator:
+    """Speculative decoding of a target with a DFlash drafter, one request at a time."""
+
+    def __init__(self, target: TargetAdapter, drafter: Drafter, decode: Any = None) -> None:
+        self.target = target
+        self.drafter = drafter
+        self.decode = decode  # token ids -> text, for stop strings
+
+    @classmethod
+    def from_models(
+        cls,
+        target_model: nn.Module,
+        draft_model: DFlashDraftModel,
+        *,
+        draft_block_size: int | None = None,
+        decode: Any = None,
+    ) -> DFlashGenerator:
+        target = TargetAdapter(target_model, draft_model.config.target_layer_ids)
+        return cls(target, DFlashDrafter(draft_model, target, draft_block_size), decode)
+
+    def generate(self, prompt_ids: Sequence[int], params: DFlashParams) -> DFlashRun:
+        if not prompt_ids:
+            raise InvalidRequest("DFlash needs a non-empty prompt")
+        if params.max_tokens < 1:
+            raise InvalidRequest("max_tokens must be at least 1", param="max_tokens")
+        return DFlashRun(self, list(prompt_ids), params)
+
+    def _suppress_mask(self, params: DFlashParams) -> mx.array | None:
+        if not params.suppress_token_ids:
+            return None
+        mask = mx.zeros((self.target.vocab_size,), dtype=mx.bool_)
+        mask[mx.array(params.suppress_token_ids)] = True
+        return mask
+
+    def _prefill(self, prompt: list[int], cache: list[Any]) -> tuple[mx.array, mx.array]:
+        """PREFILL in chunks: last-position logits and every prompt position's context."""
+        hiddens = []
+        for start in range(0, len(prompt), PREFILL_STEP_TOKENS):
+            chunk = mx.array(prompt[start : start + PREFILL_STEP_TOKENS])[None]
+            logits, hidden, _ = self.target.forward(chunk, cache)
+            hiddens.append(hidden)
+            mx.eval(logits[:, -1], hidden, [c.state for c in cache])
+        return logits[0, -1], mx.concatenate(hiddens, axis=1)
+
+    def _cycles(
+        self, prompt: list[int], params: DFlashParams, stats: DFlashStats, stop: StopCondition
+    ) -> Iterator[int]:
+        start = time.perf_counter()
+        mask = self._suppress_mask(params)
+        cache = self.target.make_cache()
+        self.drafter.start()
+        last_logits, context = self._prefill(prompt, cache)
+        token = int(sample_with_temperature(last_logits, params.temperature, mask).item())
+        stats.prefill_s = time.perf_counter() - start
+        committed = [*prompt, token]
+        if stop.accept(token):
+            stats.generated_tokens += 1
+            yield token
+        while not stop.done:
+            # Never verify more drafts than tokens the request may still emit.
+            max_drafts = min(self.drafter.draft_block_size - 1, stop.remaining - 1)
+            new_tokens, context = self._cycle(
+                committed, context, cache, params, mask, stats, max_drafts
+            )
+            stats.acceptance_lengths.append(len(new_tokens))
+            for token in new_tokens:
+                committed.append(token)
+                if stop.accept(token):
+                    stats.generated_tokens += 1
+                    yield token
+                if stop.done:
+                    break
+            stats.total_s = time.perf_counter() - start
+        stats.total_s = time.perf_counter() - start
+
+    def _cycle(
+        self,
+        committed: list[int],
+        context: mx.array,
+        cache: list[Any],
+        params: DFlashParams,
+        mask: mx.array | None,
+        stats: DFlashStats,
+        max_drafts: int,
+    ) -> tuple[list[int], mx.array]:
+        """One DRAFT → VERIFY → ACCEPT → ROLLBACK cycle: the committed tokens."""
+        t0 = time.perf_counter()
+        draft_ids: list[int] = []
+        draft_probs = None
+        if max_drafts > 0:
+            draft_logits = self.drafter.propose(committed, context)[:max_drafts]
+            draft_ids, draft_probs = self._draft_tokens(draft_logits, params, mask)
+        t1 = time.perf_counter()
+        stats.draft_s += t1 - t0
+
+        block = [committed[-1], *draft_ids]
+        logits, hidden, tapes = self.target.forward(mx.array(block)[None], cache, record_tape=True)
+        if params.is_greedy:
+            target_ids = sample_with_temperature(logits[0], 0.0, mask).tolist()
+            num_kept = accept_length(draft_ids, target_ids)
+            bonus = target_ids[num_kept]
+        else:
+            target_probs = probabilities(logits[0], params.temperature, mask)
+            num_kept, bonus = speculative_accept(draft_ids, target_probs, draft_probs)
+        t2 = time.perf_counter()
+        stats.verify_s += t2 - t1
+
+        self.target.rollback(cache, tapes, num_kept + 1, len(block))
+        context = hidden[:, : num_kept + 1]
+        mx.eval(context)
+        stats.rollback_s += time.perf_counter() - t2
+        return [*draft_ids[:num_kept], bonus], context
+
+    @staticmethod
+    def _draft_tokens(
+        draft_logits: mx.array, params: DFlashParams, mask: mx.array | None
+    ) -> tuple[list[int], mx.array | None]:
+        """The drafted ids and, when they were sampled, the distributions behind them."""
+        if params.is_greedy or params.draft_by_argmax:
+            return sample_with_temperature(draft_logits, 0.0, mask).tolist(), None
+        draft_probs = probabilities(draft_logits, params.temperature, mask)
+        draft_ids = mx.random.categorical(mx.log(draft_probs)).tolist()
+        return draft_ids, draft_probs
