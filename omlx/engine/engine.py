@@ -1,0 +1,166 @@
+"""One loaded model, seen from asyncio: submit, stream parsed events, cancel (no MLX here).
+
+The engine thread (runner.py) owns MLX. Prompts are rendered and tokenized on a
+one-thread worker so neither the event loop nor the engine loop waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from omlx.engine.api import (
+    Done,
+    Failed,
+    FinishReason,
+    GenerationEvent,
+    GenerationRequest,
+    RequestId,
+    Token,
+    ToolCall,
+)
+from omlx.engine.commands import AltPath, Call, Cancel, EventSink, Shutdown, Submission, Submit
+from omlx.engine.metrics import EngineMetrics
+from omlx.engine.output import make_parser
+from omlx.engine.templating import ModelSpec, PreparedPrompt, prepare_prompt
+from omlx.engine.validation import validate_request
+from omlx.errors import Overloaded
+from omlx.settings import EngineSettings
+
+
+class Engine:
+    """An engine thread for one model plus its asyncio-facing handle."""
+
+    def __init__(self, name: str, path: Path, settings: EngineSettings, *,
+                 prefix_factory: Callable[[Any, Path], Any] | None = None,
+                 alt_path: AltPath | None = None) -> None:
+        from omlx.engine.runner import EngineRunner  # imports MLX: only once an engine exists
+
+        self.name = name
+        self.settings = settings
+        self.metrics = EngineMetrics(model=name)
+        self._runner = EngineRunner(name, path, settings, self.metrics,
+                                    prefix_factory=prefix_factory, alt_path=alt_path)
+        self._thread = threading.Thread(target=self._runner.run, name=f"omlx-engine-{name}",
+                                        daemon=True)
+        self._tokenize = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix=f"omlx-tokenize-{name}")
+        self._in_flight = 0
+        self._closed = False
+        self.spec: ModelSpec | None = None
+        self._tokenizer: Any = None
+
+    async def start(self) -> None:
+        """Start the thread and wait until the weights are loaded (raises load errors)."""
+        self._thread.start()
+        lm = await asyncio.wrap_future(self._runner.loaded)
+        self.spec, self._tokenizer = lm.spec, lm.tokenizer
+
+    @property
+    def capacity(self) -> int:
+        return self.settings.max_running + self.settings.max_queued
+
+    @property
+    def runner(self) -> Any:
+        return self._runner
+
+    async def prepare(self, request: GenerationRequest) -> PreparedPrompt:
+        """Validate, render and tokenize; raises InvalidRequest / ContextTooLong."""
+        assert self.spec is not None, "engine not started"
+        validate_request(request, vocab_size=self.spec.vocab_size)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._tokenize, lambda: prepare_prompt(
+                request, self._tokenizer, self.spec,
+                default_max_tokens=self.settings.default_max_tokens))
+
+    async def count_tokens(self, request: GenerationRequest) -> int:
+        return len((await self.prepare(request)).token_ids)
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        """Events of one request; OmlxErrors are raised before the first event."""
+        if self._closed or self._in_flight >= self.capacity:
+            raise Overloaded(f"model {self.name!r} has {self._in_flight} requests in flight "
+                             f"(limit {self.capacity}); retry shortly", retry_after_s=1)
+        self._in_flight += 1
+        submitted = finished = False
+        try:
+            prompt = await self.prepare(request)
+            sink = EventSink(asyncio.get_running_loop(), asyncio.Queue())
+            self._runner.commands.put(Submit(Submission(
+                request.request_id, prompt, request.sampling, list(request.stop), sink)))
+            submitted = True
+            async for event in self._parsed(request.request_id, prompt, sink):
+                finished = isinstance(event, Done | Failed)
+                yield event
+        finally:
+            self._in_flight -= 1
+            if submitted and not finished:  # the consumer left: free the slot
+                self._runner.commands.put(Cancel(request.request_id))
+
+    async def _parsed(self, request_id: RequestId, prompt: PreparedPrompt, sink: EventSink
+                      ) -> AsyncIterator[GenerationEvent]:
+        """Runs the reasoning/tool-call parser over the raw Token text."""
+        assert self.spec is not None
+        parser = make_parser(
+            chat_template=self.spec.chat_template, model_type=self.spec.model_type,
+            tools_enabled=prompt.tools_enabled, thinking=prompt.thinking,
+            prompt_ends_in_think=prompt.prompt_ends_in_think)
+        pending_ids: list[int] = []
+        num_calls = 0
+        while True:
+            event = await sink.queue.get()
+            if isinstance(event, Token):
+                d = parser.feed(event.text)
+                pending_ids.extend(event.token_ids)
+                if d.content or d.reasoning or d.tool_calls or event.logprobs:
+                    num_calls += len(d.tool_calls)
+                    yield Token(request_id, d.content, pending_ids, d.reasoning,
+                                list(d.tool_calls), event.logprobs)
+                    pending_ids = []
+                continue
+            if isinstance(event, Done):
+                d = parser.finish()
+                num_calls += len(d.tool_calls)
+                if d.content or d.reasoning or d.tool_calls or pending_ids:
+                    yield Token(request_id, d.content, pending_ids, d.reasoning,
+                                list(d.tool_calls))
+                yield _with_tool_calls(event, num_calls)
+                return
+            yield event
+            if isinstance(event, Failed):
+                return
+
+    def cancel(self, request_id: RequestId) -> None:
+        self._runner.commands.put(Cancel(request_id))
+
+    async def call(self, fn: Callable[[], Any]) -> Any:
+        """Run fn on the engine thread (for MLX reads); returns its result."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._runner.commands.put(Call(fn, future))
+        return await asyncio.wrap_future(future)
+
+    async def close(self, grace_s: float = 5.0) -> None:
+        """Let running requests finish for up to grace_s, cancel the rest, stop the thread."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread.is_alive():
+            self._runner.commands.put(Shutdown(grace_s))
+            await asyncio.to_thread(self._thread.join, grace_s + 30.0)
+        self._tokenize.shutdown(wait=False)
+
+
+def _with_tool_calls(done: Done, num_calls: int) -> Done:
+    if num_calls and done.finish_reason == FinishReason.STOP:
+        return Done(done.request_id, FinishReason.TOOL_CALLS, done.prompt_tokens,
+                    done.completion_tokens, done.cached_tokens, done.served_by,
+                    done.stop_sequence)
+    return done
+
+
+__all__ = ["Engine", "ToolCall"]

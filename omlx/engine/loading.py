@@ -1,0 +1,65 @@
+"""Loading one text model for an engine (engine thread, MLX)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+
+from omlx.engine.templating import ModelSpec, context_length
+from omlx.errors import ImportFailed
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    model: nn.Module
+    tokenizer: Any  # mlx-lm TokenizerWrapper
+    spec: ModelSpec
+    eos_token_ids: frozenset[int]
+    weight_bytes: int
+
+
+def load_text_model(name: str, path: Path) -> LoadedModel:
+    """mlx_lm.load plus what the engine needs: EOS ids (config and generation_config),
+    the context window and the vocabulary size."""
+    from mlx_lm import load
+
+    try:
+        model, tokenizer, config = load(str(path), return_config=True)
+    except (FileNotFoundError, ValueError) as e:
+        raise ImportFailed(f"cannot load model {name!r} from {path}: {e}") from e
+    eos = set(tokenizer.eos_token_ids) | _generation_config_eos(path)
+    tokenizer.eos_token_ids = eos
+    text_config = config.get("text_config") or {}
+    vocab = text_config.get("vocab_size") or config.get("vocab_size") or len(tokenizer)
+    template = getattr(tokenizer, "chat_template", None)
+    spec = ModelSpec(
+        name=name,
+        model_type=config.get("model_type"),
+        context_length=context_length(config),
+        vocab_size=int(vocab),
+        chat_template=template if isinstance(template, str) else None,
+    )
+    weight_bytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+    log.info("loaded model %s from %s (%.1f MB)", name, path, weight_bytes / 1e6)
+    return LoadedModel(model, tokenizer, spec, frozenset(eos), weight_bytes)
+
+
+def _generation_config_eos(path: Path) -> set[int]:
+    f = path / "generation_config.json"
+    if not f.exists():
+        return set()
+    try:
+        value = json.loads(f.read_text()).get("eos_token_id")
+    except (OSError, json.JSONDecodeError):
+        return set()
+    if isinstance(value, int):
+        return {value}
+    return {v for v in value or [] if isinstance(v, int)}

@@ -1,0 +1,425 @@
+"""The engine thread: loads one model and owns its BatchGenerator and every MLX call.
+
+One loop, in named phases: drain commands → admit → step → publish → store.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.generate import BatchGenerator, StopSequences
+
+from omlx.engine.api import (
+    Done,
+    Failed,
+    FinishReason,
+    Progress,
+    RequestId,
+    Started,
+    Token,
+    TokenLogprob,
+)
+from omlx.engine.commands import (
+    AltPath,
+    Call,
+    Cancel,
+    Command,
+    EventSink,
+    Shutdown,
+    Submission,
+    Submit,
+)
+from omlx.engine.detokenize import TextStream
+from omlx.engine.events import Outbox
+from omlx.engine.loading import LoadedModel, load_text_model
+from omlx.engine.metrics import EngineMetrics
+from omlx.engine.prefix import ModelPrefixCache, NoPrefixCache
+from omlx.engine.sampling import make_logits_processors, make_sampler, token_logprobs
+from omlx.engine.scheduling import PrefillPacer, UidMap
+from omlx.errors import Overloaded
+from omlx.settings import EngineSettings
+
+log = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.5  # how often an idle engine wakes to refresh memory stats
+MEMORY_EVERY_S = 1.0
+
+PrefixFactory = Callable[[Any, Path], ModelPrefixCache]
+
+
+@dataclass(slots=True)
+class Live:
+    """One admitted request on the engine thread."""
+
+    sub: Submission
+    text: TextStream
+    cached_tokens: int
+    uid: int | None = None  # None when served by the alternative path
+    alt: Iterator[list[int]] | None = None
+    served_by: str = "batch"
+    prefilling: bool = True
+    num_generated: int = 0
+    last_token_at: float | None = None
+
+    @property
+    def request_id(self) -> RequestId:
+        return self.sub.request_id
+
+
+@dataclass(slots=True)
+class _Finished:
+    live: Live
+    reason: FinishReason
+    tokens: list[int] | None = None  # what the per-sequence cache holds, for the prefix cache
+    cache: list[Any] | None = None
+
+
+@dataclass(slots=True)
+class EngineRunner:
+    name: str
+    path: Path
+    settings: EngineSettings
+    metrics: EngineMetrics
+    prefix_factory: PrefixFactory | None = None
+    alt_path: AltPath | None = None
+    commands: queue.SimpleQueue[Command] = field(default_factory=queue.SimpleQueue)
+    loaded: concurrent.futures.Future[LoadedModel] = field(
+        default_factory=concurrent.futures.Future)
+    _lm: LoadedModel | None = None
+    _gen: Any = None
+    _prefix: ModelPrefixCache = field(default_factory=NoPrefixCache)
+    _eos_stops: Any = None
+    _waiting: deque[Submission] = field(default_factory=deque)
+    _live: dict[RequestId, Live] = field(default_factory=dict)
+    _uids: UidMap = field(default_factory=UidMap)
+    _outbox: Outbox = field(default_factory=Outbox)
+    _finished: list[_Finished] = field(default_factory=list)
+    _pacer: PrefillPacer | None = None
+    _deadline: float | None = None  # set by Shutdown: cancel what still runs after it
+    _memory_at: float = 0.0
+    steps: int = 0  # engine steps taken (tests count decode steps during a prefill)
+    decode_steps_during_prefill: int = 0
+
+    # -- thread body -------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            self._setup()
+        except BaseException as e:  # reported to whoever waits for the load
+            self.loaded.set_exception(e)
+            return
+        self.loaded.set_result(self._lm)  # type: ignore[arg-type]
+        while not self._should_exit():
+            self._drain_commands()
+            self._admit()
+            self._step()
+            self._outbox.flush()
+            self._store_finished()
+            self._refresh_memory()
+        self._teardown()
+
+    def _setup(self) -> None:
+        self._lm = load_text_model(self.name, self.path)
+        self._eos_stops = StopSequences([(t,) for t in sorted(self._lm.eos_token_ids)])
+        self._pacer = PrefillPacer(self.settings.prefill_share, self.settings.prefill_step_tokens)
+        self._gen = self._new_generator()
+        if self.prefix_factory is not None:
+            self._prefix = self.prefix_factory(self._lm.model, self.path)
+        self.metrics.memory["model_bytes"] = self._lm.weight_bytes
+
+    def _new_generator(self) -> Any:
+        assert self._lm is not None
+        # A stream made on this thread: MLX streams are thread-bound.
+        return BatchGenerator(
+            self._lm.model,
+            completion_batch_size=self.settings.max_running,
+            prefill_batch_size=self.settings.prefill_batch_size,
+            prefill_step_size=self.settings.prefill_step_tokens,
+            stream=mx.new_stream(mx.default_device()),
+        )
+
+    def _should_exit(self) -> bool:
+        if self._deadline is None:
+            return False
+        if self._live and time.monotonic() >= self._deadline:
+            for rid in list(self._live):
+                self._cancel(rid)
+            self._outbox.flush()
+        return not self._live
+
+    def _teardown(self) -> None:
+        if self._gen is not None:
+            self._gen.close()
+        self._gen = self._lm = None
+        mx.clear_cache()
+
+    # -- phase 1: drain commands ---------------------------------------------------------
+
+    def _drain_commands(self) -> None:
+        idle = not self._live and not self._waiting and self._deadline is None
+        try:
+            cmd = self.commands.get(timeout=IDLE_WAIT_S) if idle else self.commands.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._handle(cmd)
+            try:
+                cmd = self.commands.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, cmd: Command) -> None:
+        if isinstance(cmd, Submit):
+            if self._deadline is not None:
+                self._outbox.put(cmd.submission.sink, _failed(cmd.submission, Overloaded(
+                    f"model {self.name!r} is shutting down")))
+            else:
+                self._waiting.append(cmd.submission)
+        elif isinstance(cmd, Cancel):
+            self._cancel(cmd.request_id)
+        elif isinstance(cmd, Shutdown):
+            self._deadline = time.monotonic() + cmd.grace_s
+            while self._waiting:
+                sub = self._waiting.popleft()
+                self._outbox.put(sub.sink, _done(sub, FinishReason.CANCELLED, 0, 0))
+        elif isinstance(cmd, Call):
+            try:
+                cmd.future.set_result(cmd.fn())
+            except Exception as e:
+                cmd.future.set_exception(e)
+
+    def _cancel(self, request_id: RequestId) -> None:
+        for sub in self._waiting:
+            if sub.request_id == request_id:
+                self._waiting.remove(sub)
+                self._outbox.put(sub.sink, _done(sub, FinishReason.CANCELLED, 0, 0))
+                return
+        live = self._live.pop(request_id, None)
+        if live is None:
+            return
+        uid = self._uids.pop(request_id)
+        if uid is not None:
+            self._gen.remove([uid])
+        if live.alt is not None:
+            live.alt.close()  # type: ignore[attr-defined]
+        self.metrics.finished(request_id)
+        self._outbox.put(live.sub.sink, _done(live.sub, FinishReason.CANCELLED,
+                                              live.num_generated, live.cached_tokens,
+                                              live.served_by))
+
+    # -- phase 2: admit ----------------------------------------------------------------
+
+    def _admit(self) -> None:
+        while self._waiting and len(self._live) < self.settings.max_running:
+            sub = self._waiting.popleft()
+            try:
+                live = self._insert(sub)
+            except Exception as e:
+                log.exception("admitting %s failed", sub.request_id)
+                self._outbox.put(sub.sink, _failed(sub, e))
+                continue
+            self._live[sub.request_id] = live
+            n = len(sub.prompt.token_ids)
+            self.metrics.started(sub.request_id, n, live.cached_tokens, live.served_by)
+            self._outbox.put(sub.sink, Started(sub.request_id, n, live.cached_tokens))
+        self.metrics.set_queued(len(self._waiting))
+
+    def _insert(self, sub: Submission) -> Live:
+        assert self._lm is not None
+        ids, params = sub.prompt.token_ids, sub.sampling
+        text = TextStream(self._lm.tokenizer.detokenizer, sub.stop)
+        alt = self.alt_path
+        if alt is not None and alt.wants(sub.prompt, params, num_running=len(self._uids)):
+            stream = alt.open(self._lm.model, ids, params, sub.prompt.max_tokens)
+            return Live(sub, text, 0, alt=stream, served_by=alt.name, prefilling=False)
+        # Keep at least one prompt token to prefill: the batch samples from its logits.
+        caches, num_cached = self._prefix.fetch(ids[:-1])
+        if caches is None:
+            num_cached = 0
+        vocab = self._lm.spec.vocab_size or len(self._lm.tokenizer)
+        [uid] = self._gen.insert(
+            [ids[num_cached:]],
+            max_tokens=[sub.prompt.max_tokens],
+            caches=[caches],
+            all_tokens=[list(ids[:num_cached])],
+            samplers=[make_sampler(params, vocab)],
+            logits_processors=[make_logits_processors(params, len(ids))],
+            stop_sequences=[self._eos_stops],
+        )
+        self._uids.add(uid, sub.request_id)
+        return Live(sub, text, num_cached, uid=uid)
+
+    # -- phase 3: step -----------------------------------------------------------------
+
+    def _step(self) -> None:
+        if len(self._uids):
+            try:
+                self._batch_step()
+            except Exception as e:
+                self._fail_batch(e)
+        for live in [x for x in self._live.values() if x.alt is not None]:
+            try:
+                self._alt_step(live)
+            except Exception as e:
+                self._fail(live, e)
+
+    def _batch_step(self) -> None:
+        assert self._pacer is not None
+        lives = [self._live[r] for r in self._uids._by_uid.values()]
+        num_decoding = sum(not x.prefilling for x in lives)
+        num_prefilling = min(len(lives) - num_decoding, self.settings.prefill_batch_size)
+        self._gen.prefill_step_size = self._pacer.chunk_tokens(
+            num_decoding=num_decoding, num_prefilling=num_prefilling)
+        t0 = time.perf_counter()
+        with self._gen.stats() as st:
+            prompt_responses, generation_responses = self._gen.next()
+        self._pacer.observe(step_s=time.perf_counter() - t0, num_decoding=num_decoding,
+                            prefill_tokens=st.prompt_tokens)
+        self.steps += 1
+        if num_decoding and st.prompt_tokens:
+            self.decode_steps_during_prefill += 1
+        self.metrics.prefilled(st.prompt_tokens)
+        self._publish_prefill(prompt_responses)
+        self._publish_generated(generation_responses)
+
+    def _alt_step(self, live: Live) -> None:
+        assert live.alt is not None
+        tokens = next(live.alt, None)
+        if tokens is None:
+            self._finish(_Finished(live, FinishReason.STOP))
+            return
+        for token in tokens:
+            reason = self._on_token(live, token, None, None)
+            if reason is not None:
+                self._finish(_Finished(live, reason))
+                return
+
+    # -- phase 4: publish --------------------------------------------------------------
+
+    def _publish_prefill(self, responses: list[Any]) -> None:
+        for r in responses:
+            rid = self._uids.request(r.uid)
+            live = self._live.get(rid) if rid is not None else None
+            if live is None:
+                continue
+            if r.end_of_prompt:
+                live.prefilling = False
+                continue
+            done, total = r.progress
+            self._outbox.put(live.sub.sink, Progress(
+                rid, live.cached_tokens + done, live.cached_tokens + total))
+
+    def _publish_generated(self, responses: list[Any]) -> None:
+        for r in responses:
+            rid = self._uids.request(r.uid)
+            live = self._live.get(rid) if rid is not None else None
+            if live is None:
+                continue
+            reason = self._on_token(live, r.token, r.logprobs, r.finish_reason)
+            if reason is None:
+                continue
+            if r.finish_reason is not None:  # the batch already dropped it
+                self._finish(_Finished(live, reason, r.all_tokens, r.prompt_cache))
+            else:
+                uid = self._uids.uid(rid)  # type: ignore[arg-type]
+                got = self._gen.remove([uid], return_prompt_caches=True).get(uid)
+                cache, tokens = got if got else (None, None)
+                self._finish(_Finished(live, reason, tokens, cache))
+
+    def _on_token(self, live: Live, token: int, logprobs: Any, batch_reason: str | None
+                  ) -> FinishReason | None:
+        """Detokenize one token, apply stop rules, queue its Token event."""
+        now = time.monotonic()
+        sub = live.sub
+        live.num_generated += 1
+        is_eos = token in self._lm.eos_token_ids  # type: ignore[union-attr]
+        text = "" if is_eos else live.text.add(token)
+        reason = None
+        if live.text.stopped or is_eos:
+            reason = FinishReason.STOP
+        elif batch_reason == "length" or live.num_generated >= sub.prompt.max_tokens:
+            reason = FinishReason.LENGTH
+        if reason is not None and not live.text.stopped:
+            text += live.text.finish()
+        lps = None
+        if sub.sampling.logprobs and logprobs is not None:
+            lps = [self._logprob(logprobs, token, sub.sampling.top_logprobs)]
+        first = live.last_token_at is None
+        self.metrics.generated(sub.request_id, 1, now - (live.last_token_at or sub.submitted_at),
+                               is_first=first)
+        live.last_token_at = now
+        self._outbox.put(sub.sink, Token(sub.request_id, text, [token], logprobs=lps))
+        return reason
+
+    def _logprob(self, logprobs: Any, token: int, top_n: int) -> TokenLogprob:
+        decode = self._lm.tokenizer.decode  # type: ignore[union-attr]
+        chosen, top = token_logprobs(logprobs, token, top_n)
+        return TokenLogprob(decode([token]), chosen, [(decode([t]), v) for t, v in top])
+
+    def _finish(self, fin: _Finished) -> None:
+        live = fin.live
+        self._live.pop(live.request_id, None)
+        self._uids.pop(live.request_id)
+        self.metrics.finished(live.request_id)
+        self._outbox.put(live.sub.sink, _done(
+            live.sub, fin.reason, live.num_generated, live.cached_tokens, live.served_by,
+            live.text.matched_stop))
+        if fin.cache is not None and fin.tokens:
+            self._finished.append(fin)
+
+    def _fail(self, live: Live, error: Exception) -> None:
+        self._live.pop(live.request_id, None)
+        self._uids.pop(live.request_id)
+        self.metrics.finished(live.request_id)
+        self._outbox.put(live.sub.sink, _failed(live.sub, error))
+
+    def _fail_batch(self, error: Exception) -> None:
+        log.exception("engine step failed for model %s; failing %d requests",
+                      self.name, len(self._uids), exc_info=error)
+        for rid in list(self._uids._by_uid.values()):
+            self._fail(self._live[rid], error)
+        self._gen.close()
+        self._gen = self._new_generator()
+
+    # -- phase 5: store ----------------------------------------------------------------
+
+    def _store_finished(self) -> None:
+        while self._finished:
+            fin = self._finished.pop()
+            try:
+                self._prefix.store(fin.tokens or [], fin.cache or [])
+            except Exception:
+                log.exception("prefix cache store failed for %s", fin.live.request_id)
+
+    def _refresh_memory(self) -> None:
+        now = time.monotonic()
+        if now - self._memory_at < MEMORY_EVERY_S:
+            return
+        self._memory_at = now
+        self.metrics.memory.update(
+            mlx_active_bytes=mx.get_active_memory(),
+            mlx_peak_bytes=mx.get_peak_memory(),
+            mlx_cache_bytes=mx.get_cache_memory(),
+        )
+
+
+def _done(sub: Submission, reason: FinishReason, completion: int, cached: int,
+          served_by: str = "batch", stop_sequence: str | None = None) -> Done:
+    return Done(sub.request_id, reason, len(sub.prompt.token_ids), completion, cached,
+                served_by, stop_sequence)
+
+
+def _failed(sub: Submission, error: Exception) -> Failed:
+    return Failed(sub.request_id, error)
+
+
+__all__ = ["EngineRunner", "EventSink"]

@@ -1,0 +1,98 @@
+"""Per-request samplers and logits processors for one shared batch (engine thread, MLX).
+
+mlx-lm's GenerationBatch calls each sequence's sampler on its own row of log-probs,
+so requests with different settings (and seeds) decode in the same batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import mlx.core as mx
+from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, greedy_sampler
+
+from omlx.engine.api import SamplingParams
+
+Sampler = Callable[[mx.array], mx.array]
+LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
+
+
+def make_sampler(params: SamplingParams, vocab_size: int) -> Sampler:
+    """Greedy requests share mlx-lm's one greedy sampler, so an all-greedy batch samples
+    in one call; others get their own filter chain and, with a seed, their own PRNG key."""
+    if params.is_greedy:
+        return greedy_sampler
+    filters: list[Callable[[mx.array], mx.array]] = []
+    if 0 < params.top_p < 1.0:
+        filters.append(lambda x: apply_top_p(x, params.top_p))
+    if params.min_p > 0.0:
+        filters.append(lambda x: apply_min_p(x, params.min_p))
+    if 0 < params.top_k < vocab_size:
+        filters.append(lambda x: apply_top_k(x, params.top_k))
+    inv_temp = 1.0 / params.temperature
+    key = [mx.random.key(params.seed)] if params.seed is not None else None
+
+    def sample(logprobs: mx.array) -> mx.array:
+        for f in filters:
+            logprobs = f(logprobs)
+        if key is None:
+            return mx.random.categorical(logprobs * inv_temp)
+        # A per-request key, split once per token: the same seed gives the same tokens
+        # whatever else shares the batch.
+        key[0], sub = mx.random.split(key[0])
+        return mx.random.categorical(logprobs * inv_temp, key=sub)
+
+    return sample
+
+
+def make_logits_processors(params: SamplingParams, num_prompt_tokens: int
+                           ) -> list[LogitsProcessor]:
+    """logit_bias, then the repetition (whole context), presence and frequency
+    (generated tokens only, as OpenAI defines them) penalties."""
+    procs: list[LogitsProcessor] = []
+    if params.logit_bias:
+        ids = mx.array([int(k) for k in params.logit_bias])
+        vals = mx.array(list(params.logit_bias.values()), dtype=mx.float32)
+        procs.append(lambda _tokens, logits: logits.at[:, ids].add(vals.astype(logits.dtype)))
+    if params.repetition_penalty != 1.0:
+        procs.append(_repetition_penalty(params.repetition_penalty))
+    if params.presence_penalty or params.frequency_penalty:
+        procs.append(_openai_penalties(params.presence_penalty, params.frequency_penalty,
+                                       num_prompt_tokens))
+    return procs
+
+
+def _repetition_penalty(penalty: float) -> LogitsProcessor:
+    def apply(tokens: mx.array, logits: mx.array) -> mx.array:
+        if tokens.size == 0:
+            return logits
+        picked = logits[:, tokens]
+        logits[:, tokens] = mx.where(picked < 0, picked * penalty, picked / penalty)
+        return logits
+
+    return apply
+
+
+def _openai_penalties(presence: float, frequency: float, num_prompt: int) -> LogitsProcessor:
+    def apply(tokens: mx.array, logits: mx.array) -> mx.array:
+        generated = tokens[num_prompt:]
+        if generated.size == 0:
+            return logits
+        counts = mx.zeros((logits.shape[-1],), dtype=logits.dtype).at[generated].add(1)
+        penalty = counts * frequency + (counts > 0).astype(logits.dtype) * presence
+        return logits - penalty[None]
+
+    return apply
+
+
+def token_logprobs(logprobs: mx.array, token: int, top_n: int
+                   ) -> tuple[float, list[tuple[int, float]]]:
+    """The chosen token's log-prob and the top_n alternatives, as Python values."""
+    chosen = logprobs[token].item()
+    if top_n <= 0:
+        return chosen, []
+    top_ids = mx.argpartition(-logprobs, kth=top_n - 1)[:top_n]
+    top_vals = logprobs[top_ids]
+    pairs = sorted(zip(top_ids.tolist(), top_vals.tolist(), strict=True),
+                   key=lambda p: -p[1])
+    return chosen, pairs
