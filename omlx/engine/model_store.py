@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from omlx.engine.model_types import (
     inspect_model,
     is_model_folder,
 )
-from omlx.errors import ModelNotFound
+from omlx.errors import InvalidRequest, ModelNotFound
 from omlx.settings import hf_hub_cache, omlx_home
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,9 @@ class ModelStore:
     def from_settings(cls, models: Any) -> ModelStore:
         """Build from a `ModelSettings` section: the default dir first, then `models.dirs`."""
         dirs = [default_models_dir(), *(Path(d).expanduser() for d in models.dirs)]
-        return cls(list(dict.fromkeys(dirs)), scan_hf_cache=models.scan_hf_cache, pinned=models.pinned)
+        return cls(
+            list(dict.fromkeys(dirs)), scan_hf_cache=models.scan_hf_cache, pinned=models.pinned
+        )
 
     @property
     def primary_dir(self) -> Path:
@@ -165,3 +168,56 @@ def _current_snapshot(repo: Path) -> Path | None:
             return snapshot
     snapshots = [p for p in (repo / "snapshots").glob("*") if p.is_dir()]
     return max(snapshots, key=lambda p: p.stat().st_mtime) if snapshots else None
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
+NAME_RE = re.compile(r"^[A-Za-z0-9][\w.-]*$")
+
+
+def check_name(name: str) -> str:
+    """A store name is one safe path component."""
+    if not NAME_RE.match(name) or name.endswith("."):
+        raise InvalidRequest(
+            f"bad model name {name!r}: use letters, digits, '.', '_' and '-'", param="name"
+        )
+    return name
+
+
+def validate_folder(path: Path) -> None:
+    """Raise InvalidRequest unless `path` holds config.json, safetensors weights and a tokenizer."""
+    if not path.is_dir():
+        raise InvalidRequest(f"{path} is not a folder", param="source")
+    try:
+        inspect_model(path)
+    except NotAModelFolder as e:
+        raise InvalidRequest(f"not a model folder: {e}", param="source") from None
+    has_tokenizer = any((path / f).is_file() for f in TOKENIZER_FILES) or any(
+        path.glob("*.tiktoken")
+    )
+    if not has_tokenizer:
+        wanted = ", ".join(TOKENIZER_FILES)
+        raise InvalidRequest(f"{path}: no tokenizer (one of {wanted})", param="source")
+
+
+def add_folder(store: ModelStore, path: Path, name: str | None = None) -> ModelEntry:
+    """Add a local model folder to the store as a symlink in the primary directory.
+
+    A folder already inside a store directory is left where it is.
+    """
+    path = path.expanduser().resolve()
+    validate_folder(path)
+    for d in store.dirs:
+        root = d.expanduser().resolve()
+        if name is None and path.is_relative_to(root) and len(path.relative_to(root).parts) <= 2:
+            return store.resolve(path.relative_to(root).as_posix())
+    link = store.primary_dir / check_name(name or path.name)
+    if link.is_symlink() and link.resolve() == path:
+        return store.resolve(link.name)
+    if link.exists() or link.is_symlink():
+        raise InvalidRequest(
+            f"a model named {link.name!r} already exists at {link}; choose another --name",
+            param="name",
+        )
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(path, target_is_directory=True)
+    return store.resolve(link.name)

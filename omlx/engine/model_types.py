@@ -297,6 +297,9 @@ def folder_size_bytes(path: Path) -> int:
     """Bytes of every file under `path`, following symlinks (the HF cache links to blobs)."""
     total = 0
     for p in path.rglob("*"):
+        # Hidden entries are bookkeeping (huggingface_hub's .cache/ of a local_dir pull).
+        if any(part.startswith(".") for part in p.relative_to(path).parts):
+            continue
         try:
             if p.is_file():
                 total += p.stat().st_size

@@ -2,19 +2,117 @@
 
 from __future__ import annotations
 
-from omlx.cli.output import not_available
+import json
+
+import typer
+from rich.table import Table
+
+from omlx.cli.output import console, fail
+from omlx.engine.model_store import ModelEntry, ModelStore
+from omlx.errors import ModelNotFound
+from omlx.settings import ModelSettings, SettingsError, load_settings, update_list
 
 
-def list_models() -> None:
-    """List the models in the store."""
-    not_available("omlx models", "issue 2")
+def model_settings() -> ModelSettings:
+    try:
+        return load_settings().settings.models
+    except SettingsError as e:
+        fail(str(e))
 
 
-def pin() -> None:
-    """Pin a model."""
-    not_available("omlx pin", "issue 2")
+def open_store() -> ModelStore:
+    """The store as the settings describe it; bad settings end the command cleanly."""
+    return ModelStore.from_settings(model_settings())
 
 
-def unpin() -> None:
-    """Unpin a model."""
-    not_available("omlx unpin", "issue 2")
+def _update_pins(name: str, *, add: bool) -> list[str]:
+    try:
+        return update_list("models.pinned", name, add=add)
+    except SettingsError as e:
+        fail(str(e))
+
+
+def list_models(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+) -> None:
+    """List the models in the store: $OMLX_HOME/models, models.dirs and the HF cache."""
+    entries = open_store().list()
+    if as_json:
+        print(json.dumps([e.to_dict() for e in entries], indent=2))
+        return
+    if not entries:
+        console.print("No models yet. Add one with `omlx pull ORG/NAME`, a folder or a .gguf.")
+        return
+    table = Table(title="omlx models")
+    for col in ("name", "type", "architecture", "params", "size", "quant", "pinned", "path"):
+        table.add_column(col, overflow="fold")
+    for e in entries:
+        table.add_row(*_row(e))
+    console.print(table)
+
+
+def _row(e: ModelEntry) -> list[str]:
+    return [
+        e.name,
+        e.type.value,
+        e.architecture,
+        human_count(e.num_params),
+        human_bytes(e.size_bytes),
+        e.quantization or "-",
+        "yes" if e.pinned else "",
+        str(e.path),
+    ]
+
+
+def human_count(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return str(n)
+
+
+def human_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GB"
+
+
+def pin(name: str = typer.Argument(..., help="Model name as `omlx models` shows it.")) -> None:
+    """Pin a model: the pool never unloads it automatically (settings models.pinned)."""
+    try:
+        entry = open_store().resolve(name)
+    except ModelNotFound as e:
+        fail(e.message)
+    pinned = _update_pins(entry.name, add=True)
+    console.print(f"pinned {entry.name} (pinned: {', '.join(pinned)})")
+    _tell_running_server(entry.name, pinned=True)
+
+
+def unpin(name: str = typer.Argument(..., help="A pinned model's name.")) -> None:
+    """Unpin a model: the pool may unload it again when memory is needed or it idles."""
+    current = model_settings().pinned
+    target = name
+    if name not in current:
+        # Accept any spelling the store resolves, but only act on a name that is pinned.
+        try:
+            target = open_store().resolve(name).name
+        except ModelNotFound as e:
+            fail(e.message)
+        if target not in current:
+            fail(f"{target} is not pinned (pinned: {', '.join(current) or 'none'})")
+    pinned = _update_pins(target, add=False)
+    console.print(f"unpinned {target} (pinned: {', '.join(pinned) or 'none'})")
+    _tell_running_server(target, pinned=False)
+
+
+def _tell_running_server(name: str, *, pinned: bool) -> None:
+    """Seam for issue 4: a running server's pool re-reads pins through its admin API.
+
+    Until the model pool exists the setting takes effect at the next `omlx serve`.
+    """
+    return None
