@@ -13,7 +13,7 @@ from omlx.engine.api import EnginePool
 from omlx.server.auth import make_api_key_guard
 from omlx.server.errors import exception_handler
 from omlx.server.request_log import RequestLogMiddleware
-from omlx.server.routes import health, models, openai_chat, openai_completions, stats
+from omlx.server.routes import anthropic, health, models, openai_chat, openai_completions, stats
 from omlx.settings import Settings
 
 
@@ -32,6 +32,7 @@ def create_app(
         *openai_chat.ROUTES,
         *openai_completions.ROUTES,
         *stats.ROUTES,
+        *anthropic.ROUTES,
         *extra_routes,
     ]
 
