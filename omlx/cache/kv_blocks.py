@@ -1,0 +1,250 @@
+"""Slice a finished request's mlx-lm prompt cache into blocks, and rebuild caches from blocks.
+
+The only cache module that imports MLX. Blocks leave here as numpy arrays (evaluated,
+copied out of MLX on the engine thread) so the hot tier, the cold writer thread and the
+disk never hold MLX objects; `rebuild` turns them back into mlx-lm cache objects.
+
+Per layer kind (see `ModelLayout`):
+- kv / quantized: every block carries the layer's keys and values for its tokens.
+- rotating (sliding window, keep=0): a block carries them only if its tokens were still in
+  the window when the request finished; a prefix is reusable only if the window's span
+  before its end is covered (index.ReuseRule).
+- arrays (recurrent state, e.g. GatedDeltaNet): the state exists only at the end of what
+  was processed, so it is stored with the last block only when that end falls exactly on
+  a block boundary; a prefix is reusable only if it ends at a block carrying a snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import (
+    ArraysCache,
+    KVCache,
+    QuantizedKVCache,
+    RotatingKVCache,
+    make_prompt_cache,
+)
+
+KV, QUANTIZED, ROTATING, ARRAYS = "kv", "quantized", "rotating", "arrays"
+
+
+class UnsupportedCache(Exception):
+    """A cache layout this module cannot slice (the model then runs uncached)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LayerSpec:
+    kind: str
+    params: dict[str, int] = field(default_factory=dict)  # max_size, group_size, bits, size
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLayout:
+    layers: tuple[LayerSpec, ...]
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def needs_state(self) -> bool:
+        return any(s.kind == ARRAYS for s in self.layers)
+
+    @property
+    def window_tokens(self) -> int:
+        return max((s.params["max_size"] for s in self.layers if s.kind == ROTATING), default=0)
+
+    @property
+    def cache_types(self) -> list[str]:
+        return [s.kind for s in self.layers]
+
+
+@dataclass(slots=True)
+class SlicedBlock:
+    block_index: int
+    arrays: dict[str, np.ndarray]
+    has_window: bool
+    has_state: bool
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays.values())
+
+
+def layer_spec(cache: Any) -> LayerSpec:
+    if type(cache) is KVCache:
+        return LayerSpec(KV)
+    if type(cache) is QuantizedKVCache:
+        return LayerSpec(QUANTIZED, {"group_size": cache.group_size, "bits": cache.bits})
+    if type(cache) is RotatingKVCache:
+        if cache.keep:
+            raise UnsupportedCache("RotatingKVCache with keep > 0 (attention sinks)")
+        return LayerSpec(ROTATING, {"max_size": cache.max_size})
+    if type(cache) is ArraysCache:
+        return LayerSpec(ARRAYS, {"size": len(cache.cache)})
+    raise UnsupportedCache(f"{type(cache).__name__} cannot be sliced into blocks")
+
+
+def model_layout(model: Any) -> ModelLayout:
+    """The layer kinds of `model`'s prompt cache; raises UnsupportedCache."""
+    return ModelLayout(tuple(layer_spec(c) for c in make_prompt_cache(model)))
+
+
+def layout_meta(layout: ModelLayout, dtype: str, bf16_names: list[str]) -> dict[str, str]:
+    """The slicer's part of a block file's metadata."""
+    return {
+        "num_layers": str(layout.num_layers),
+        "dtype": dtype,
+        "cache_types": json.dumps(layout.cache_types),
+        "layers": json.dumps([s.params for s in layout.layers]),
+        "bf16": json.dumps(sorted(bf16_names)),
+    }
+
+
+def check_meta(layout: ModelLayout, meta: dict[str, str]) -> bool:
+    """Whether a stored block's layout fits this model's layout."""
+    try:
+        return (
+            int(meta["num_layers"]) == layout.num_layers
+            and json.loads(meta["cache_types"]) == layout.cache_types
+            and json.loads(meta["layers"]) == [s.params for s in layout.layers]
+        )
+    except (KeyError, ValueError, TypeError):
+        return False
+
+
+def processed_tokens(prompt_cache: list[Any]) -> int | None:
+    """Tokens the cache has processed, read from its attention layers (None if it has none)."""
+    for c in prompt_cache:
+        if isinstance(c, (KVCache, QuantizedKVCache, RotatingKVCache)):
+            return int(c.offset)
+    return None
+
+
+def _to_numpy(a: mx.array, bf16: bool) -> np.ndarray:
+    return np.asarray(a.view(mx.uint16) if bf16 else a)
+
+
+def slice_blocks(
+    prompt_cache: list[Any],
+    layout: ModelLayout,
+    *,
+    num_tokens: int,
+    block_size: int,
+    first_block: int = 0,
+) -> tuple[list[SlicedBlock], str, list[str]]:
+    """Blocks `first_block .. num_tokens // block_size - 1` of one sequence's cache.
+
+    `num_tokens` is how many leading tokens of the cache the caller vouches for.
+    Returns (blocks, dtype name, names of arrays stored as uint16 bit patterns of bfloat16).
+    """
+    if len(prompt_cache) != layout.num_layers:
+        raise UnsupportedCache("cache layer count differs from the model's")
+    num_blocks = num_tokens // block_size
+    blocks = [SlicedBlock(i, {}, True, False) for i in range(first_block, num_blocks)]
+    if not blocks:
+        return [], "", []
+    start, end = first_block * block_size, num_blocks * block_size
+    dtype, bf16 = "", []
+    state_ok = processed_tokens(prompt_cache) in (None, end) and num_tokens == end
+    for li, (c, spec) in enumerate(zip(prompt_cache, layout.layers, strict=True)):
+        if spec.kind == ARRAYS:
+            _slice_state(li, c, blocks[-1], state_ok, bf16)
+            continue
+        if spec.kind == QUANTIZED:
+            parts = {"k": list(c.keys), "v": list(c.values)}
+            span = 0  # quantized caches hold every token from position 0
+        elif spec.kind == ROTATING:
+            k, v = c._temporal_order(c.keys), c._temporal_order(c.values)
+            span = int(c.offset) - k.shape[2]  # position of the first token still held
+            parts = {"k": [k], "v": [v]}
+        else:
+            parts = {"k": [c.keys], "v": [c.values]}
+            span = 0
+        dtype = dtype or str(parts["k"][0].dtype if spec.kind != QUANTIZED else parts["k"][1].dtype)
+        lo = max(start, -(-span // block_size) * block_size)  # first fully held block start
+        for side, arrays in parts.items():
+            for pi, a in enumerate(arrays):
+                name_base = f"l{li}.{side}{pi if spec.kind == QUANTIZED else ''}"
+                is_bf16 = a.dtype == mx.bfloat16
+                host = _to_numpy(a[..., lo - span : end - span, :], is_bf16) if lo < end else None
+                for b in blocks:
+                    b_start = b.block_index * block_size
+                    if b_start < lo:
+                        b.has_window = b.has_window and spec.kind != ROTATING
+                        continue
+                    rel = b_start - lo
+                    b.arrays[name_base] = host[..., rel : rel + block_size, :].copy()
+                    if is_bf16:
+                        bf16.append(name_base)
+    return blocks, dtype.removeprefix("mlx.core."), sorted(set(bf16))
+
+
+def _slice_state(li: int, c: Any, last: SlicedBlock, state_ok: bool, bf16: list[str]) -> None:
+    if not state_ok:
+        return
+    for si, s in enumerate(c.cache):
+        if s is None:
+            continue
+        name = f"l{li}.s{si}"
+        is_bf16 = s.dtype == mx.bfloat16
+        last.arrays[name] = _to_numpy(s, is_bf16).copy()
+        if is_bf16:
+            bf16.append(name)
+    last.has_state = True
+
+
+def rebuild(
+    model: Any,
+    layout: ModelLayout,
+    blocks: list[dict[str, np.ndarray]],
+    *,
+    block_size: int,
+    bf16_names: set[str],
+) -> list[Any]:
+    """Per-layer mlx-lm caches holding the prefix made of `blocks` (block 0 first).
+
+    The result is what BatchGenerator.insert(..., caches=[...]) takes for one sequence.
+    """
+    num_tokens = len(blocks) * block_size
+    caches = make_prompt_cache(model)
+    for li, (c, spec) in enumerate(zip(caches, layout.layers, strict=True)):
+        if spec.kind == ARRAYS:
+            last = blocks[-1]
+            c.cache = [
+                _host(last, f"l{li}.s{si}", bf16_names) if f"l{li}.s{si}" in last else None
+                for si in range(spec.params["size"])
+            ]
+        elif spec.kind == QUANTIZED:
+            c.keys = tuple(_concat(blocks, f"l{li}.k{i}", bf16_names) for i in range(3))
+            c.values = tuple(_concat(blocks, f"l{li}.v{i}", bf16_names) for i in range(3))
+            c.offset = num_tokens
+        elif spec.kind == ROTATING:
+            keep = min(num_tokens, spec.params["max_size"])
+            first = (num_tokens - keep) // block_size
+            k = _concat(blocks[first:], f"l{li}.k", bf16_names)
+            v = _concat(blocks[first:], f"l{li}.v", bf16_names)
+            c.keys, c.values = k[..., -keep:, :], v[..., -keep:, :]
+            c.offset, c._idx = num_tokens, keep
+        else:
+            c.keys = _concat(blocks, f"l{li}.k", bf16_names)
+            c.values = _concat(blocks, f"l{li}.v", bf16_names)
+            c.offset = num_tokens
+    mx.eval([c.state for c in caches])
+    return caches
+
+
+def _host(block: dict[str, np.ndarray], name: str, bf16_names: set[str]) -> mx.array:
+    a = mx.array(block[name])
+    return a.view(mx.bfloat16) if name in bf16_names else a
+
+
+def _concat(blocks: list[dict[str, np.ndarray]], name: str, bf16_names: set[str]) -> mx.array:
+    host = np.concatenate([b[name] for b in blocks], axis=-2)
+    a = mx.array(host)
+    return a.view(mx.bfloat16) if name in bf16_names else a

@@ -1,0 +1,111 @@
+"""Cached vs uncached greedy decoding emits identical tokens (hot hit, cold hit, restart)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from omlx.cache.prefix_cache import PrefixCache
+from omlx.settings import CacheSettings
+from tests.mlx.cache.conftest import greedy
+
+B = 4
+
+
+def _prompt(n: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(1, 128) for _ in range(n)]
+
+
+def _cache(tmp_path: Path, hot_budget_bytes: int = 64 * 1024**2) -> PrefixCache:
+    settings = CacheSettings(block_size=B, hot_budget_bytes=hot_budget_bytes)
+    return PrefixCache(settings, tmp_path / "cold", cold_cap_bytes=256 * 1024**2)
+
+
+def _turn(tiny_model, cache: PrefixCache) -> tuple[list[int], list[int]]:
+    """Serve turn 1 (stored), then turn 2 = turn 1 + reply + new text, cached; check both."""
+    arch, model = tiny_model
+    mc = cache.for_model(f"fp-{arch}", model, model_name=arch)
+    first = _prompt(30, seed=1)
+    _, kv, tokens = greedy(model, first, 6)
+    assert len(tokens) == 36
+    mc.store(tokens, kv)
+    cache.flush()
+    second = tokens + _prompt(7, seed=2)
+    return mc, second
+
+
+def _check(mc, model, prompt: list[int], expect_cached: int) -> None:
+    reference, _, _ = greedy(model, prompt, 8)
+    seeded, num_cached = mc.fetch(prompt)
+    assert num_cached == expect_cached
+    got, _, _ = greedy(model, prompt, 8, cache=seeded, num_cached=num_cached)
+    assert got == reference
+
+
+def test_hot_hit_same_greedy_output(tiny_model, tmp_path: Path) -> None:
+    cache = _cache(tmp_path)
+    mc, second = _turn(tiny_model, cache)
+    _check(mc, tiny_model[1], second, expect_cached=36)
+    stats = cache.stats()
+    assert (stats.hits, stats.hit_tokens, stats.cold.blocks) == (1, 36, 0)
+    assert stats.hot.blocks == 9 and stats.hot.tokens == 36
+    cache.close(spill=False)
+
+
+def test_partial_prefix_rules(tiny_model, tmp_path: Path) -> None:
+    """A prompt sharing only 5 blocks: full attention reuses them; a sliding window needs
+    its window's blocks, a recurrent layer a snapshot at the prefix end: both miss."""
+    arch, model = tiny_model
+    cache = _cache(tmp_path)
+    mc, second = _turn(tiny_model, cache)
+    diverging = second[:21] + _prompt(9, seed=3)
+    _check(mc, model, diverging, expect_cached={"llama": 20}.get(arch, 0))
+    cache.close(spill=False)
+
+
+def test_cold_hit_and_restart(tiny_model, tmp_path: Path) -> None:
+    arch, model = tiny_model
+    cache = _cache(tmp_path, hot_budget_bytes=0)  # every block goes straight to disk
+    mc, second = _turn(tiny_model, cache)
+    assert cache.stats().hot.blocks == 0 and cache.stats().cold.blocks == 9
+    _check(mc, model, second, expect_cached=36)
+    cache.close()
+
+    restarted = _cache(tmp_path)
+    assert restarted.stats().cold.blocks == 9
+    mc2 = restarted.for_model(f"fp-{arch}", model, model_name=arch)
+    _check(mc2, model, second, expect_cached=36)
+    assert restarted.stats().hot.blocks == 9  # promoted on the hit
+    other = restarted.for_model("another-fingerprint", model)
+    assert other.fetch(second) == (None, 0)
+    restarted.close(spill=False)
+
+
+def test_disabled_cache_is_a_no_op(tmp_path: Path) -> None:
+    from tests.mlx.cache.conftest import build_model
+
+    model = build_model("llama")
+    cache = PrefixCache(CacheSettings(enabled=False, block_size=B), tmp_path / "cold")
+    mc = cache.for_model("fp", model)
+    _, kv, tokens = greedy(model, _prompt(12, seed=1), 4)
+    mc.store(tokens, kv)
+    assert mc.fetch([*tokens, 1]) == (None, 0)
+    assert not (tmp_path / "cold").exists()
+    assert cache.stats().enabled is False
+
+
+@pytest.mark.parametrize("num_prompt", [4, 5, 8, 9])
+def test_fetch_leaves_a_token_to_prefill(tmp_path: Path, num_prompt: int) -> None:
+    from tests.mlx.cache.conftest import build_model
+
+    model = build_model("llama")
+    cache = _cache(tmp_path)
+    mc = cache.for_model("fp", model)
+    _, kv, tokens = greedy(model, _prompt(12, seed=4), 4)
+    mc.store(tokens, kv)
+    _, num_cached = mc.fetch(tokens[:num_prompt])
+    assert num_cached == (num_prompt - 1) // B * B
+    cache.close(spill=False)
