@@ -29,8 +29,8 @@ async def list_models(request: Request[Any, Any, Any]) -> ModelList:
 
 
 @get("/v1/models/{model_id:path}", opt={"dialect": "openai"})
-async def get_model(request: Request[Any, Any, Any], model_id: str) -> ModelCard:
-    model_id = model_id.lstrip("/")
+async def get_model(request: Request[Any, Any, Any]) -> ModelCard:
+    model_id = str(request.path_params["model_id"]).lstrip("/")
     for info in pool_of(request).list_models():
         if info.id == model_id:
             return model_card(info)
