@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-pytest_plugins = ["tests.fixtures.tiny_plugin"]
+pytest_plugins = ["tests.fixtures.blas_plugin", "tests.fixtures.tiny_plugin"]
 
 
 @pytest.fixture(autouse=True)

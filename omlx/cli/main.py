@@ -15,6 +15,7 @@ from omlx.cli.commands import (
     serve,
     top,
 )
+from omlx.engine.blas import reexec_with_blas
 
 app = typer.Typer(
     name="omlx",
@@ -38,6 +39,8 @@ app.command("completions")(completions.completions)
 
 
 def main() -> None:
+    # Before anything imports MLX: on Linux CPU, re-exec once on OpenBLAS (OMLX_BLAS=off: no).
+    reexec_with_blas()
     app()
 
 

@@ -1,0 +1,282 @@
+"""Run MLX's Linux CPU backend on OpenBLAS instead of the reference BLAS bundled with mlx-cpu.
+
+The `mlx[cpu]` wheel links a netlib reference BLAS (about 6 GFLOP/s for a float32 1024²
+matmul on 2 cores here; OpenBLAS: about 300). libmlx.so calls the standard `cblas_*` and
+LAPACK (`sgetrf_`, ...) symbols, so a library preloaded before it serves those calls. A
+running process cannot preload, so the `omlx` entry point re-executes itself once with
+`LD_PRELOAD` set (`reexec_with_blas`); execve keeps the pid, argv, stdin and exit code.
+
+`OMLX_BLAS` chooses: unset or `auto` (OpenBLAS from the `cmeel-openblas` package, else a
+system `libopenblas.so.0`), `off` (the bundled reference BLAS), or a path to a shared
+library exporting cblas/LAPACK symbols (MKL's `libmkl_rt.so`, say). Only Linux with the
+mlx-cpu backend: macOS uses Accelerate and CUDA does its matmuls on the GPU.
+
+This module is pure Python and never imports MLX: the decision runs before MLX loads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.metadata
+import os
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from omlx.errors import OmlxError
+
+ENV_CHOICE = "OMLX_BLAS"
+# Set on the re-executed process: its value is the preloaded library. Guards against loops.
+ENV_MARKER = "OMLX_BLAS_PRELOADED"
+OFF_VALUES = frozenset({"off", "0", "false", "no", "none", "reference"})
+CMEEL_LIBRARY = "cmeel.prefix/lib/libopenblas.so.0"
+SYSTEM_OPENBLAS = "libopenblas.so.0"
+GFORTRAN = "libgfortran.so.5"
+LD_SO_CACHE = Path("/etc/ld.so.cache")
+
+
+class BlasConfigError(OmlxError):
+    code = "invalid_blas"
+
+
+@dataclass(frozen=True, slots=True)
+class BlasPlan:
+    """What to preload: `library` goes into LD_PRELOAD, `library_dirs` before LD_LIBRARY_PATH."""
+
+    library: str
+    source: str
+    library_dirs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BlasDecision:
+    plan: BlasPlan | None
+    reason: str
+
+
+def decide(env: Mapping[str, str], *, platform: str = sys.platform) -> BlasDecision:
+    """Whether and what to preload, from the environment and the installed packages."""
+    choice = env.get(ENV_CHOICE, "auto").strip()
+    if choice.lower() in OFF_VALUES:
+        return BlasDecision(None, f"{ENV_CHOICE}={choice}")
+    if not platform.startswith("linux"):
+        return BlasDecision(None, "not Linux (MLX uses Accelerate on macOS)")
+    backend = mlx_backend()
+    if backend != "cpu":
+        return BlasDecision(None, f"MLX backend is {backend}, not the Linux CPU build")
+    if choice.lower() != "auto":
+        path = Path(choice).expanduser()
+        if not path.is_file():
+            raise BlasConfigError(
+                f"{ENV_CHOICE}={choice!r}: expected 'auto', 'off' or the path of a shared "
+                "library exporting cblas/LAPACK symbols"
+            )
+        return BlasDecision(BlasPlan(str(path.resolve()), ENV_CHOICE), "chosen by OMLX_BLAS")
+    plan = _cmeel_openblas() or _system_openblas()
+    if plan is None:
+        return BlasDecision(None, "no OpenBLAS found (pip install cmeel-openblas)")
+    return BlasDecision(plan, f"found {plan.source}")
+
+
+def mlx_backend() -> str:
+    """'cpu', 'cuda', 'metal' or 'missing', from the installed distributions (MLX not imported)."""
+    if sys.platform == "darwin":
+        return "metal"
+    for name in ("mlx-cuda-13", "mlx-cuda-12", "mlx-cuda"):
+        if _has_distribution(name):
+            return "cuda"
+    return "cpu" if _has_distribution("mlx-cpu") else "missing"
+
+
+def preload_env(env: Mapping[str, str], plan: BlasPlan) -> dict[str, str]:
+    """`env` plus LD_PRELOAD/LD_LIBRARY_PATH for `plan` and the loop-guard marker."""
+    out = dict(env)
+    out["LD_PRELOAD"] = _prepend(plan.library, env.get("LD_PRELOAD", ""), " ")
+    for directory in reversed(plan.library_dirs):
+        out["LD_LIBRARY_PATH"] = _prepend(directory, out.get("LD_LIBRARY_PATH", ""), ":")
+    out[ENV_MARKER] = plan.library
+    return out
+
+
+def is_preloaded(env: Mapping[str, str], plan: BlasPlan | None = None) -> bool:
+    """True in a process started with the BLAS already preloaded (never re-exec it again)."""
+    if env.get(ENV_MARKER):
+        return True
+    preload = env.get("LD_PRELOAD", "").replace(":", " ").split()
+    return plan is not None and plan.library in preload
+
+
+def reexec_with_blas(
+    argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
+) -> None:
+    """Replace this process by itself with the BLAS preloaded; return if nothing to do.
+
+    `argv` defaults to `sys.orig_argv` (interpreter options, `-m module` and script kept).
+    """
+    env = os.environ if env is None else env
+    if is_preloaded(env) or "_OMLX_COMPLETE" in env:  # shell completion must stay instant
+        return
+    try:
+        decision = decide(env)
+    except BlasConfigError as e:
+        print(f"omlx: {e.message}; continuing on MLX's reference BLAS", file=sys.stderr)
+        return
+    if decision.plan is None or is_preloaded(env, decision.plan):
+        return
+    args = list(sys.orig_argv if argv is None else argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(sys.executable, args, preload_env(env, decision.plan))
+    except OSError as e:  # exec failed: this process is intact, run as is
+        print(f"omlx: could not re-execute with {decision.plan.library}: {e}", file=sys.stderr)
+
+
+def active_blas_library() -> str | None:
+    """The file whose `cblas_sgemm` this process resolves first, or None if none is global.
+
+    A preloaded library sits in the global scope, ahead of libmlx's own dependencies, so
+    this is the BLAS MLX calls. mlx-cpu's bundled BLAS is loaded privately and not seen.
+    """
+    try:
+        process = ctypes.CDLL(None)
+        symbol = process.cblas_sgemm
+    except (AttributeError, OSError):
+        return None
+    return _library_of(process, ctypes.cast(symbol, ctypes.c_void_p).value)
+
+
+def blas_description() -> str:
+    """One line for logs, `omlx config show` and /api/stats: which BLAS MLX runs on."""
+    backend = mlx_backend()
+    if backend == "metal":
+        return "Accelerate (macOS)"
+    if backend == "cuda":
+        return "not used for matmuls (CUDA backend)"
+    library = active_blas_library()
+    if library is None:
+        try:
+            reason = decide(os.environ).reason
+        except BlasConfigError as e:
+            reason = e.message
+        return f"reference BLAS bundled with mlx-cpu (slow; {reason})"
+    return f"{_openblas_config() or Path(library).name}, preloaded from {library}"
+
+
+def _cmeel_openblas() -> BlasPlan | None:
+    try:
+        dist = importlib.metadata.distribution("cmeel-openblas")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    library = Path(str(dist.locate_file(CMEEL_LIBRARY)))
+    if not library.is_file():
+        return None
+    # cmeel's OpenBLAS needs the Fortran runtime; mlx-cpu ships one under a hashed name.
+    dirs = () if _system_has(GFORTRAN) else _gfortran_shim()
+    if dirs is None:
+        return None
+    return BlasPlan(str(library), "cmeel-openblas", dirs)
+
+
+def _system_openblas() -> BlasPlan | None:
+    return BlasPlan(SYSTEM_OPENBLAS, "system") if _system_has(SYSTEM_OPENBLAS) else None
+
+
+def _system_has(soname: str) -> bool:
+    # ld.so.cache lists the libraries the dynamic loader finds by name; reading it is cheap.
+    try:
+        return soname.encode() + b"\0" in LD_SO_CACHE.read_bytes()
+    except OSError:
+        return False
+
+
+def _gfortran_shim() -> tuple[str, ...] | None:
+    """A folder where `libgfortran.so.5` links to mlx-cpu's renamed copy, or None if absent."""
+    try:
+        dist = importlib.metadata.distribution("mlx-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    libs = Path(str(dist.locate_file("mlx_cpu.libs")))
+    gfortran = sorted(libs.glob("libgfortran-*.so*"))
+    if not gfortran:
+        return None
+    # Its RPATH is $ORIGIN, resolved from the link's folder: link its deps there too.
+    targets = {GFORTRAN: gfortran[0]} | {p.name: p for p in libs.glob("libquadmath-*.so*")}
+    key = hashlib.sha256(str(libs).encode()).hexdigest()[:12]
+    shim = Path(tempfile.gettempdir()) / f"omlx-blas-{os.getuid()}-{key}"
+    try:
+        _link_all(shim, targets)
+    except OSError:
+        return None
+    return (str(shim),)
+
+
+def _link_all(shim: Path, targets: dict[str, Path]) -> None:
+    if shim.exists() or shim.is_symlink():
+        # The folder sits in a shared temp dir: trust only a real folder of ours that
+        # nobody else can write, since the loader will run what it links to.
+        st = shim.lstat()
+        if shim.is_symlink() or st.st_uid != os.getuid() or st.st_mode & 0o022:
+            raise OSError(f"{shim} is not a private folder of this user")
+        if all((shim / n).resolve() == t.resolve() for n, t in targets.items()):
+            return
+    # Build beside, then rename: concurrent starts never see a half-made folder.
+    tmp = Path(tempfile.mkdtemp(prefix=shim.name + ".", dir=shim.parent))
+    for name, target in targets.items():
+        (tmp / name).symlink_to(target)
+    try:
+        tmp.rename(shim)
+    except OSError:  # another process made it first (or a stale one is in the way)
+        for name in targets:
+            (tmp / name).unlink()
+        tmp.rmdir()
+        if not all((shim / n).resolve() == t.resolve() for n, t in targets.items()):
+            raise
+
+
+def _has_distribution(name: str) -> bool:
+    try:
+        importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _prepend(item: str, current: str, sep: str) -> str:
+    return f"{item}{sep}{current}" if current else item
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [
+        ("dli_fname", ctypes.c_char_p),
+        ("dli_fbase", ctypes.c_void_p),
+        ("dli_sname", ctypes.c_char_p),
+        ("dli_saddr", ctypes.c_void_p),
+    ]
+
+
+def _library_of(process: ctypes.CDLL, address: int | None) -> str | None:
+    info = _DlInfo()
+    try:
+        dladdr = process.dladdr
+    except AttributeError:
+        return None
+    dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+    if not address or not dladdr(address, ctypes.byref(info)) or not info.dli_fname:
+        return None
+    return info.dli_fname.decode(errors="replace")
+
+
+def _openblas_config() -> str | None:
+    try:
+        process = ctypes.CDLL(None)
+        get_config = process.openblas_get_config
+        num_threads = process.openblas_get_num_threads()
+    except (AttributeError, OSError):
+        return None
+    get_config.restype = ctypes.c_char_p
+    config = (get_config() or b"OpenBLAS").decode(errors="replace").strip()
+    return f"{config} ({num_threads} threads)"

@@ -1,0 +1,99 @@
+"""The BLAS preload decision (omlx.engine.blas) without MLX: choices, env building, guards."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from omlx.engine import blas
+from omlx.engine.blas import BlasConfigError, BlasPlan, decide, is_preloaded, preload_env
+
+
+@pytest.fixture
+def cpu_backend(monkeypatch):
+    monkeypatch.setattr(blas, "mlx_backend", lambda: "cpu")
+
+
+@pytest.mark.parametrize("value", ["off", "OFF", "0", "none", "reference", " false "])
+def test_off_values_disable(value):
+    decision = decide({"OMLX_BLAS": value}, platform="linux")
+    assert decision.plan is None
+    assert "OMLX_BLAS=" in decision.reason
+
+
+def test_never_on_macos():
+    decision = decide({}, platform="darwin")
+    assert decision.plan is None and "macOS" in decision.reason
+
+
+@pytest.mark.parametrize("backend", ["cuda", "missing"])
+def test_only_with_the_cpu_backend(monkeypatch, backend):
+    monkeypatch.setattr(blas, "mlx_backend", lambda: backend)
+    decision = decide({}, platform="linux")
+    assert decision.plan is None and backend in decision.reason
+
+
+def test_explicit_library_path(cpu_backend, tmp_path):
+    library = tmp_path / "libmyblas.so"
+    library.write_bytes(b"")
+    plan = decide({"OMLX_BLAS": str(library)}, platform="linux").plan
+    assert plan == BlasPlan(str(library.resolve()), "OMLX_BLAS")
+
+
+def test_explicit_missing_library_is_a_clear_error(cpu_backend, tmp_path):
+    with pytest.raises(BlasConfigError, match="expected 'auto', 'off' or the path"):
+        decide({"OMLX_BLAS": str(tmp_path / "nope.so")}, platform="linux")
+
+
+def test_auto_without_any_openblas(cpu_backend, monkeypatch):
+    monkeypatch.setattr(blas, "_cmeel_openblas", lambda: None)
+    monkeypatch.setattr(blas, "_system_openblas", lambda: None)
+    decision = decide({}, platform="linux")
+    assert decision.plan is None and "pip install cmeel-openblas" in decision.reason
+
+
+def test_auto_prefers_the_pypi_package(cpu_backend, monkeypatch):
+    cmeel = BlasPlan("/x/libopenblas.so.0", "cmeel-openblas", ("/shim",))
+    monkeypatch.setattr(blas, "_cmeel_openblas", lambda: cmeel)
+    monkeypatch.setattr(blas, "_system_openblas", lambda: BlasPlan("libopenblas.so.0", "system"))
+    assert decide({"OMLX_BLAS": "auto"}, platform="linux").plan == cmeel
+
+
+def test_preload_env_prepends_and_marks():
+    plan = BlasPlan("/x/libopenblas.so.0", "cmeel-openblas", ("/shim",))
+    env = {"LD_PRELOAD": "/y/libfoo.so", "LD_LIBRARY_PATH": "/lib/a", "HOME": "/h"}
+    out = preload_env(env, plan)
+    assert out["LD_PRELOAD"] == "/x/libopenblas.so.0 /y/libfoo.so"
+    assert out["LD_LIBRARY_PATH"] == "/shim:/lib/a"
+    assert out[blas.ENV_MARKER] == "/x/libopenblas.so.0"
+    assert out["HOME"] == "/h"
+    assert env == {"LD_PRELOAD": "/y/libfoo.so", "LD_LIBRARY_PATH": "/lib/a", "HOME": "/h"}
+    assert preload_env({}, BlasPlan("/x/lib.so", "OMLX_BLAS"))["LD_PRELOAD"] == "/x/lib.so"
+
+
+def test_is_preloaded_by_marker_or_ld_preload():
+    plan = BlasPlan("/x/libopenblas.so.0", "cmeel-openblas")
+    assert is_preloaded({blas.ENV_MARKER: "/x/libopenblas.so.0"})
+    assert is_preloaded({"LD_PRELOAD": "/a.so:/x/libopenblas.so.0"}, plan)
+    assert not is_preloaded({"LD_PRELOAD": "/a.so"}, plan)
+    assert not is_preloaded({})
+
+
+def test_shim_links_and_refuses_a_folder_others_can_write(tmp_path):
+    target = tmp_path / "libgfortran-abc.so.5.0.0"
+    target.write_bytes(b"")
+    shim = tmp_path / "shim"
+    blas._link_all(shim, {"libgfortran.so.5": target})
+    assert (shim / "libgfortran.so.5").resolve() == target.resolve()
+    blas._link_all(shim, {"libgfortran.so.5": target})  # idempotent
+    shim.chmod(0o777)
+    with pytest.raises(OSError, match="not a private folder"):
+        blas._link_all(shim, {"libgfortran.so.5": target})
+
+
+def test_imports_without_mlx():
+    code = "import sys; sys.modules['mlx'] = None; import omlx.engine.blas"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
