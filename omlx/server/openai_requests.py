@@ -36,10 +36,8 @@ def new_request_id(prefix: str) -> RequestId:
 
 
 def resolve_model(name: str, settings: Settings) -> str:
-    model = name or settings.engine.default_model
-    if not model:
-        raise InvalidRequest("no model given and no default model configured", param="model")
-    return model
+    """The requested model, else the configured default; "" lets the pool choose its own."""
+    return name or settings.engine.default_model
 
 
 def _check_common(body: SamplingFields) -> None:

