@@ -27,8 +27,8 @@ DEFAULT_CAP_SHARE = 0.10  # of the free disk at start-up (settings: cache.cold_c
 class ColdEntry:
     info: BlockInfo
     path: Path
-    atime: float  # last access (the LRU order survives restarts through the file's atime)
-    mtime: float  # when it was written
+    atime: float  # last access; persisted as the file's mtime (atime is unreliable: relatime,
+    # noatime, and our own header reads would move it), so LRU order survives restarts
 
 
 @dataclass(slots=True)
@@ -124,7 +124,7 @@ class ColdIndex:
                 report.num_skipped += 1
                 log.warning("cold cache: skipping %s: %s", path, e)
                 continue
-            found.append(ColdEntry(header.info, path, st.st_atime, st.st_mtime))
+            found.append(ColdEntry(header.info, path, st.st_mtime))
         for entry in sorted(found, key=lambda e: e.atime):
             self._entries[entry.info.key] = entry
             self.num_bytes += entry.info.nbytes

@@ -70,7 +70,7 @@ def write_block(root: Path, block: HotBlock, block_size: int) -> ColdEntry:
     info = block.info
     if info.nbytes != st.st_size:  # the index counts bytes on disk, not bytes in RAM
         info = replace(info, nbytes=st.st_size)
-    return ColdEntry(info=info, path=path, atime=st.st_atime, mtime=st.st_mtime)
+    return ColdEntry(info=info, path=path, atime=st.st_mtime)
 
 
 def read_block(path: Path) -> tuple[BlockHeader, dict[str, np.ndarray]]:

@@ -7,7 +7,9 @@ server can build reports without MLX.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable
@@ -120,6 +122,7 @@ class PrefixCache:
             return block
         if entry is None:
             return None
+        _persist_access([entry], entry.atime)
         try:
             header, arrays = read_block(entry.path)
         except BadBlockFile as e:
@@ -137,10 +140,12 @@ class PrefixCache:
 
     def touch(self, keys: Iterable[BlockKey]) -> None:
         now = time.time()
+        touched = []
         with self._lock:
             for key in keys:
                 if self.hot.get(key) is None:
-                    self.cold.touch(key, now)
+                    touched.append(self.cold.touch(key, now))
+        _persist_access([e for e in touched if e is not None], now)
 
     def discard_bad(self, key: BlockKey, reason: str) -> None:
         """Forget a block whose file turned out bad; count it, delete the file."""
@@ -245,6 +250,13 @@ class PrefixCache:
         report.cold_cap_bytes = self.cold.cap_bytes
         report.skipped_files = skipped
         return report
+
+
+def _persist_access(entries: list[ColdEntry], now: float) -> None:
+    # The file's mtime is the cold tier's LRU clock across restarts (cold_index.ColdEntry).
+    for e in entries:
+        with contextlib.suppress(OSError):
+            os.utime(e.path, (now, now))
 
 
 def _covers(stored: BlockInfo, new: BlockInfo) -> bool:
