@@ -13,7 +13,15 @@ from omlx.engine.api import EnginePool
 from omlx.server.auth import make_api_key_guard
 from omlx.server.errors import exception_handler
 from omlx.server.request_log import RequestLogMiddleware
-from omlx.server.routes import anthropic, health, models, openai_chat, openai_completions, stats
+from omlx.server.routes import (
+    anthropic,
+    health,
+    models,
+    openai_chat,
+    openai_completions,
+    responses,
+    stats,
+)
 from omlx.settings import Settings
 
 
@@ -33,6 +41,7 @@ def create_app(
         *openai_completions.ROUTES,
         *stats.ROUTES,
         *anthropic.ROUTES,
+        *responses.ROUTES,
         *extra_routes,
     ]
 

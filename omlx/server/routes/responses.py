@@ -1,0 +1,101 @@
+"""POST /v1/responses (OpenAI Responses API, used by Codex) and GET /v1/responses/{id}."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from litestar import Request, Response, get, post
+
+from omlx.engine.api import Failed
+from omlx.schemas import responses as rs
+from omlx.server.anthropic_requests import resolve_model
+from omlx.server.event_stream import EventStream, KeepAlive
+from omlx.server.generation import admit, begin, collect, pool_of, settings_of
+from omlx.server.openai_requests import decode_body, new_request_id
+from omlx.server.responses_render import (
+    ResponseStreamer,
+    answer_message,
+    final_response,
+    new_id,
+)
+from omlx.server.responses_requests import ResponseStore, generation_request
+from omlx.server.sse import keepalive_frame, keepalive_interval, sse_response
+from omlx.settings import Settings
+
+OPT = {"dialect": "openai"}
+
+
+def store_of(request: Request[Any, Any, Any]) -> ResponseStore:
+    state = request.app.state
+    store = state.get("responses_store")
+    if store is None:
+        store = ResponseStore(settings_of(request).agents.max_stored_responses)
+        state["responses_store"] = store
+    return store
+
+
+@post("/v1/responses", status_code=200, opt=OPT)
+async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
+    settings = settings_of(request)
+    body = decode_body(await request.body(), rs.ResponsesRequest)
+    store = store_of(request)
+    model = resolve_model(body.model, settings, pool_of(request).list_models())
+    history = store.conversation(body.previous_response_id) if body.previous_response_id else []
+    gen, conversation = generation_request(
+        body, model, new_request_id("resp"), history, settings.engine.default_max_tokens
+    )
+    response_id = new_id("resp")
+    stream = begin(request, gen)
+    if not body.stream:
+        result = await collect(request, stream)
+        response = final_response(response_id, body, model, result)
+        if body.store:
+            store.put(response, [*conversation, answer_message(result)])
+        return Response(response)
+    await admit(stream)
+    streamer = ResponseStreamer(response_id, body, model)
+    return _stream(stream, settings, streamer, store if body.store else None, conversation)
+
+
+@get("/v1/responses/{response_id:str}", opt=OPT)
+async def get_response(request: Request[Any, Any, Any]) -> rs.ResponseObject:
+    return store_of(request).response(request.path_params["response_id"])
+
+
+def _stream(
+    stream: EventStream,
+    settings: Settings,
+    streamer: ResponseStreamer,
+    store: ResponseStore | None,
+    conversation: list[Any],
+) -> Any:
+    mode = settings.server.keepalive_mode
+    tick = keepalive_frame(mode, None)
+    interval = keepalive_interval(mode, settings.server.keepalive_interval_s)
+
+    async def frames() -> AsyncGenerator[bytes, None]:
+        try:
+            for chunk in streamer.start():
+                yield chunk
+            async for item in stream.events(interval):
+                if item is KeepAlive.TICK:
+                    if tick is not None:
+                        yield tick
+                    continue
+                if isinstance(item, Failed):
+                    yield streamer.error(item.error)
+                    return
+                chunks = streamer.render(item)
+                if store is not None and streamer.final is not None:
+                    # Stored before the client sees response.completed, so it can continue.
+                    store.put(streamer.final, [*conversation, answer_message(streamer.result)])
+                for chunk in chunks:
+                    yield chunk
+        finally:
+            stream.close()
+
+    return sse_response(frames(), on_close=stream.close)
+
+
+ROUTES = [create_response, get_response]
