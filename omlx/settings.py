@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -258,7 +259,10 @@ def read_file(path: Path) -> dict[str, dict[str, Any]]:
         if section not in SECTIONS or not isinstance(values, dict):
             raise SettingsError(f"{path}: unknown section [{section}]")
         for name in values:
-            _split_key(f"{section}.{name}")
+            try:
+                _split_key(f"{section}.{name}")
+            except SettingsError as e:
+                raise SettingsError(f"{path}: {e}") from None
     return data
 
 
@@ -277,7 +281,10 @@ def load_settings(
         raw = os.environ.get(env_var(key))
         if raw is not None:
             section, name = key.split(".", 1)
-            merged[section][name] = parse_value(key, raw)
+            try:
+                merged[section][name] = parse_value(key, raw)
+            except SettingsError as e:
+                raise SettingsError(f"{env_var(key)}: {e}") from None
             sources[key] = "env"
     for key, v in (cli or {}).items():
         if v is None:
@@ -288,8 +295,17 @@ def load_settings(
     try:
         settings = msgspec.convert(merged, Settings, strict=False)
     except msgspec.ValidationError as e:
-        raise SettingsError(f"invalid settings: {e}") from None
+        raise SettingsError(f"invalid settings: {e}{_origin(str(e), sources, path)}") from None
     return LoadedSettings(settings=settings, sources=sources, path=path)
+
+
+def _origin(error: str, sources: dict[str, Source], path: Path) -> str:
+    """Where the value named in a msgspec error (`... at `$.server.port``) came from."""
+    match = re.search(r"at `\$\.(\w+)\.(\w+)", error)
+    key = f"{match[1]}.{match[2]}" if match else ""
+    where = {"file": str(path), "env": env_var(key) if key else "", "cli": "command line"}
+    source = sources.get(key)
+    return f" (setting {key}, from {where[source]})" if source in where else ""
 
 
 def set_value(key: str, raw: str, path: Path | None = None) -> Any:

@@ -72,4 +72,4 @@ def set_(
         typed = set_value(key, value)
     except SettingsError as e:
         fail(str(e))
-    console.print(f"{key} = {typed!r}")
+    console.print(f"{key} = {_redact(key, typed)!r}")
