@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omlx.cache import kv_blocks
 from omlx.cache.chain_hash import chain_keys, iter_chain_keys
+from omlx.cache.fingerprint import model_fingerprint
 from omlx.cache.hot_tier import HotBlock
 from omlx.cache.index import (
     BlockInfo,
@@ -163,3 +166,20 @@ class ModelPrefixCache:
             return None
         point = max_reusable_blocks(num_prompt_tokens, self.block_size) * self.block_size
         return point if point > num_cached_tokens else None
+
+
+def prefix_factory(cache: PrefixCache) -> Callable[[Any, Path], ModelPrefixCache]:
+    """What ModelPool calls on each engine thread once the model is loaded."""
+
+    def make(model: Any, model_dir: Path) -> ModelPrefixCache:
+        fp = model_fingerprint(model_dir, dtype=_param_dtype(model))
+        return cache.for_model(fp, model, model_name=Path(model_dir).name)
+
+    return make
+
+
+def _param_dtype(model: Any) -> str:
+    from mlx.utils import tree_flatten
+
+    params = tree_flatten(model.parameters())
+    return str(params[0][1].dtype).removeprefix("mlx.core.") if params else ""

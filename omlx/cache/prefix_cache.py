@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -100,6 +100,12 @@ class PrefixCache:
             with self._lock:
                 self._models[model_fingerprint] = view
         return view
+
+    def factory(self) -> Callable[[Any, Path], ModelPrefixCache]:
+        """`(model, model_dir) -> ModelPrefixCache` for ModelPool(prefix_factory=...)."""
+        from omlx.cache.model_cache import prefix_factory
+
+        return prefix_factory(self)
 
     def lookup(self, key: BlockKey) -> BlockInfo | None:
         """What any tier knows of `key`, without touching LRU order."""
@@ -310,3 +316,38 @@ def build_report(
         enabled=True, source=source, cold_dir="", block_size=0,
         models=sorted(models.values(), key=lambda m: m.model),
     )  # fmt: skip
+
+
+def scan_report(settings: CacheSettings, cold_dir: Path | None = None) -> CacheReport:
+    """A CacheReport read from the cold directory alone (no server, nothing evicted)."""
+    root = Path(cold_dir) if cold_dir is not None else default_cold_dir(settings)
+    index = ColdIndex(root, cap_bytes=1 << 62, block_size=settings.block_size)
+    index.rebuild()
+    cold = [(e.info, e.atime) for e in index.entries()]
+    report = build_report([], cold, {}, source="disk")
+    report.enabled = settings.enabled
+    report.cold_dir = str(root)
+    report.block_size = settings.block_size
+    report.hot_budget_bytes = settings.hot_budget_bytes
+    report.cold_cap_bytes = settings.cold_cap_bytes or default_cap_bytes(root)
+    report.skipped_files = index.num_skipped
+    return report
+
+
+def clear_cold_dir(
+    settings: CacheSettings, model: str | None = None, cold_dir: Path | None = None
+) -> int:
+    """Delete cold block files (of the model whose name or fingerprint prefix is `model`)."""
+    root = Path(cold_dir) if cold_dir is not None else default_cold_dir(settings)
+    index = ColdIndex(root, cap_bytes=1 << 62, block_size=settings.block_size)
+    index.rebuild()
+    gone = [e for e in index.entries() if model is None or matches_model(e.info, model)]
+    for e in gone:
+        e.path.unlink(missing_ok=True)
+    return len(gone)
+
+
+def matches_model(info: BlockInfo, model: str) -> bool:
+    return info.model_name == model or (
+        len(model) >= 6 and info.model_fingerprint.startswith(model)
+    )
