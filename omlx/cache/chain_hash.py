@@ -37,6 +37,12 @@ def block_key(
     extra: bytes = b"",
 ) -> BlockKey:
     """Key of one block; `parent` is the previous block's key (None for the first block)."""
+    return _key(model_fingerprint, parent, array("q", token_ids).tobytes(), extra)
+
+
+def _key(
+    model_fingerprint: str, parent: BlockKey | None, token_bytes: bytes, extra: bytes
+) -> BlockKey:
     h = hashlib.blake2b(digest_size=_DIGEST_BYTES, person=b"omlx-kv-block")
     h.update(HASH_VERSION)
     h.update(model_fingerprint.encode())
@@ -45,7 +51,7 @@ def block_key(
     h.update(b"\0")
     h.update(len(extra).to_bytes(4, "little"))
     h.update(extra)
-    h.update(array("q", token_ids).tobytes())
+    h.update(token_bytes)
     return BlockKey(h.hexdigest())
 
 
@@ -64,9 +70,13 @@ def iter_chain_keys(
     if block_size < 1:
         raise ValueError("block_size must be >= 1")
     extra = encode_extra_keys(extra_keys) if extra_keys else b""
+    num_full = len(tokens) // block_size * block_size
+    # One conversion up front: per-block list slices and arrays cost more than the hashing.
+    buf = memoryview(array("q", tokens[:num_full]).tobytes())
+    step = block_size * 8
     parent: BlockKey | None = None
-    for start in range(0, len(tokens) - block_size + 1, block_size):
-        parent = block_key(model_fingerprint, parent, tokens[start : start + block_size], extra)
+    for start in range(0, num_full * 8, step):
+        parent = _key(model_fingerprint, parent, buf[start : start + step], extra)
         extra = b""
         yield parent
 
