@@ -7,7 +7,7 @@ from typing import Any
 
 from litestar import Request, Response, post
 
-from omlx.engine.api import Failed, Started
+from omlx.engine.api import Done, Failed, GenerationEvent, Started
 from omlx.schemas import anthropic as an
 from omlx.server.anthropic_render import (
     PING,
@@ -25,6 +25,7 @@ from omlx.server.anthropic_requests import (
 from omlx.server.event_stream import EventStream, KeepAlive
 from omlx.server.generation import admit, begin, collect, pool_of, settings_of
 from omlx.server.openai_requests import decode_body, new_request_id
+from omlx.server.request_log import current_record
 from omlx.server.sse import keepalive_interval, sse_response
 from omlx.settings import Settings
 
@@ -59,6 +60,16 @@ async def count_tokens(request: Request[Any, Any, Any]) -> an.CountTokensRespons
     return an.CountTokensResponse(input_tokens=TokenScale(settings, model, models)(num_tokens))
 
 
+def record_usage(event: GenerationEvent) -> None:
+    """Token counts for the request's log line (streamed routes render events themselves)."""
+    if isinstance(event, Started | Done):
+        record = current_record()
+        record.prompt_tokens = event.prompt_tokens
+        record.cached_tokens = event.cached_tokens
+        if isinstance(event, Done):
+            record.completion_tokens = event.completion_tokens
+
+
 def _stream(stream: EventStream, settings: Settings, streamer: MessageStreamer) -> Any:
     """message_start (with the admitted prompt's counts), then `event: ping` at once and
     every keep-alive interval while the first token is pending, then the blocks."""
@@ -69,6 +80,8 @@ def _stream(stream: EventStream, settings: Settings, streamer: MessageStreamer) 
     async def frames() -> AsyncGenerator[bytes, None]:
         try:
             first = await stream.next(interval)
+            if first is not None:
+                record_usage(first)
             if isinstance(first, Started):
                 for chunk in streamer.start(first):
                     yield chunk
@@ -81,6 +94,7 @@ def _stream(stream: EventStream, settings: Settings, streamer: MessageStreamer) 
                 if item is KeepAlive.TICK:
                     yield PING
                     continue
+                record_usage(item)
                 if isinstance(item, Failed):
                     yield error_frame(item.error)
                     return

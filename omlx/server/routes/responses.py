@@ -20,6 +20,7 @@ from omlx.server.responses_render import (
     new_id,
 )
 from omlx.server.responses_requests import ResponseStore, generation_request
+from omlx.server.routes.anthropic import record_usage
 from omlx.server.sse import keepalive_frame, keepalive_interval, sse_response
 from omlx.settings import Settings
 
@@ -83,6 +84,7 @@ def _stream(
                     if tick is not None:
                         yield tick
                     continue
+                record_usage(item)
                 if isinstance(item, Failed):
                     yield streamer.error(item.error)
                     return
