@@ -10,6 +10,17 @@ _omlx() {
         esac
     done
     case "$cmd $prev" in
+        "omlx serve --host") COMPREPLY=(); return ;;
+        "omlx serve --port") COMPREPLY=(); return ;;
+        "omlx serve --api-key") COMPREPLY=(); return ;;
+        "omlx serve --model-dir") COMPREPLY=(); return ;;
+        "omlx serve --model") COMPREPLY=(); return ;;
+        "omlx serve --max-running") COMPREPLY=(); return ;;
+        "omlx serve --max-queued") COMPREPLY=(); return ;;
+        "omlx serve --keepalive") COMPREPLY=(); return ;;
+        "omlx serve --keepalive-interval") COMPREPLY=(); return ;;
+        "omlx serve --log-level") COMPREPLY=(); return ;;
+        "omlx serve --config") COMPREPLY=(); return ;;
         "omlx pull --name") COMPREPLY=(); return ;;
         "omlx pull --dtype") COMPREPLY=($(compgen -W "float32 float16 bfloat16 keep" -- "$cur")); return ;;
         "omlx pull --revision") COMPREPLY=(); return ;;
@@ -20,26 +31,35 @@ _omlx() {
         "omlx bench --max-tokens") COMPREPLY=(); return ;;
         "omlx bench --requests") COMPREPLY=(); return ;;
         "omlx bench --api-key") COMPREPLY=(); return ;;
+        "omlx dflash-bench --model") COMPREPLY=(); return ;;
+        "omlx dflash-bench --draft") COMPREPLY=(); return ;;
+        "omlx dflash-bench --prompts") COMPREPLY=(); return ;;
+        "omlx dflash-bench --max-tokens") COMPREPLY=(); return ;;
+        "omlx dflash-bench --temperature") COMPREPLY=(); return ;;
+        "omlx dflash-bench --block-size") COMPREPLY=(); return ;;
         "omlx top --url") COMPREPLY=(); return ;;
         "omlx top --api-key") COMPREPLY=(); return ;;
         "omlx top -n"|"omlx top --iterations") COMPREPLY=(); return ;;
         "omlx top --delay"|"omlx top -d") COMPREPLY=(); return ;;
+        "omlx cache inspect --model"|"omlx cache inspect -m") COMPREPLY=(); return ;;
+        "omlx cache clear --model"|"omlx cache clear -m") COMPREPLY=(); return ;;
+        "omlx cache clear --tier") COMPREPLY=(); return ;;
     esac
     local opts="" subs=""
     case "$cmd" in
         "omlx") opts="--help"; subs="serve pull models pin unpin bench dflash-bench top completions cache config" ;;
-        "omlx serve") opts="--help"; subs="" ;;
+        "omlx serve") opts="--host --port --api-key --model-dir --model --max-running --max-queued --keepalive --keepalive-interval --log-level --config --help"; subs="" ;;
         "omlx pull") opts="--name --dtype --revision --dry-run --help"; subs="" ;;
         "omlx models") opts="--json --help"; subs="" ;;
         "omlx pin") opts="--help"; subs="" ;;
         "omlx unpin") opts="--help"; subs="" ;;
         "omlx bench") opts="--url --model --concurrency --prompt-words --max-tokens --requests --api-key --dflash --json --help"; subs="" ;;
-        "omlx dflash-bench") opts="--help"; subs="" ;;
+        "omlx dflash-bench") opts="--model --draft --prompts --max-tokens --temperature --block-size --draft-by-argmax --json --help"; subs="" ;;
         "omlx top") opts="--url --api-key --batch -b -n --iterations --delay -d --help"; subs="" ;;
         "omlx completions") opts="--help"; subs="bash zsh fish" ;;
         "omlx cache") opts="--help"; subs="inspect clear" ;;
-        "omlx cache inspect") opts="--help"; subs="" ;;
-        "omlx cache clear") opts="--help"; subs="" ;;
+        "omlx cache inspect") opts="--model -m --json --help"; subs="" ;;
+        "omlx cache clear") opts="--model -m --tier --help"; subs="" ;;
         "omlx config") opts="--help"; subs="show set" ;;
         "omlx config show") opts="--json --help"; subs="" ;;
         "omlx config set") opts="--help"; subs="" ;;

@@ -10,6 +10,17 @@ _omlx() {
         esac
     done
     case "$cmd ${words[CURRENT-1]}" in
+        ("omlx serve --host") _default; return ;;
+        ("omlx serve --port") _default; return ;;
+        ("omlx serve --api-key") _default; return ;;
+        ("omlx serve --model-dir") _default; return ;;
+        ("omlx serve --model") _default; return ;;
+        ("omlx serve --max-running") _default; return ;;
+        ("omlx serve --max-queued") _default; return ;;
+        ("omlx serve --keepalive") _default; return ;;
+        ("omlx serve --keepalive-interval") _default; return ;;
+        ("omlx serve --log-level") _default; return ;;
+        ("omlx serve --config") _default; return ;;
         ("omlx pull --name") _default; return ;;
         ("omlx pull --dtype") compadd -- float32 float16 bfloat16 keep; return ;;
         ("omlx pull --revision") _default; return ;;
@@ -20,25 +31,34 @@ _omlx() {
         ("omlx bench --max-tokens") _default; return ;;
         ("omlx bench --requests") _default; return ;;
         ("omlx bench --api-key") _default; return ;;
+        ("omlx dflash-bench --model") _default; return ;;
+        ("omlx dflash-bench --draft") _default; return ;;
+        ("omlx dflash-bench --prompts") _default; return ;;
+        ("omlx dflash-bench --max-tokens") _default; return ;;
+        ("omlx dflash-bench --temperature") _default; return ;;
+        ("omlx dflash-bench --block-size") _default; return ;;
         ("omlx top --url") _default; return ;;
         ("omlx top --api-key") _default; return ;;
         ("omlx top -n"|"omlx top --iterations") _default; return ;;
         ("omlx top --delay"|"omlx top -d") _default; return ;;
+        ("omlx cache inspect --model"|"omlx cache inspect -m") _default; return ;;
+        ("omlx cache clear --model"|"omlx cache clear -m") _default; return ;;
+        ("omlx cache clear --tier") _default; return ;;
     esac
     case "$cmd" in
         ("omlx") opts=('--help:Show this help and exit'); subs=('serve:Serve models over OpenAI- and Anthropic-compatible HTTP APIs' 'pull:Add a model to the store ($OMLX_HOME/models): import, register or download it' 'models:List the models in the store: $OMLX_HOME/models, models.dirs and the HF cache' 'pin:Pin a model: the pool never unloads it automatically (settings models.pinned)' 'unpin:Unpin a model: the pool may unload it again when memory is needed or it idles' 'bench:Measure TTFT, inter-token latency and tokens/s (per request and aggregate)' 'dflash-bench:Compare plain greedy decoding with DFlash on the same prompts' 'top:Watch a running server: throughput, latency, cache hits, memory, models,' 'completions:Print the completion script for bash, zsh or fish' 'cache:Inspect or clear the tiered block KV cache' 'config:Show or edit settings ($OMLX_HOME/config.toml)') ;;
-        ("omlx serve") opts=('--help:Show this help and exit'); subs=() ;;
+        ("omlx serve") opts=('--host:Address to bind (default 127.0.0.1) (env OMLX_SERVER__HOST)' '--port:TCP port (default 8000) (env OMLX_SERVER__PORT)' '--api-key:Require this key on /v1 and /api (Bearer or x-api-key) (env OMLX_SERVER__API_KEY)' '--model-dir:Extra model directory; repeatable (env OMLX_MODELS__DIRS)' '--model:Default model when a request names none (env OMLX_ENGINE__DEFAULT_MODEL)' '--max-running:Sequences decoded together per model (env OMLX_ENGINE__MAX_RUNNING)' '--max-queued:Requests queued per model before 503 (env OMLX_ENGINE__MAX_QUEUED)' '--keepalive:SSE keep-alive before the first token: comment|chunk|off (env OMLX_SERVER__KEEPALIVE_MODE)' '--keepalive-interval:Seconds between keep-alive frames (env OMLX_SERVER__KEEPALIVE_INTERVAL_S)' '--log-level:DEBUG|INFO|WARNING|ERROR (env OMLX_LOG__LEVEL)' '--config:Config file (env OMLX_CONFIG; default $OMLX_HOME/config.toml)' '--help:Show this help and exit'); subs=() ;;
         ("omlx pull") opts=('--name:Name in the store (default: derived)' '--dtype:GGUF only: weight dtype; `keep` leaves Q4_0/Q4_1/Q8_0 quantized (best on GPU)' '--revision:Hub only: branch, tag or commit (default: main)' '--dry-run:Hub only: list the files and sizes, download nothing' '--help:Show this help and exit'); subs=() ;;
         ("omlx models") opts=('--json:Print JSON for scripts' '--help:Show this help and exit'); subs=() ;;
         ("omlx pin") opts=('--help:Show this help and exit'); subs=() ;;
         ("omlx unpin") opts=('--help:Show this help and exit'); subs=() ;;
         ("omlx bench") opts=('--url:Server base URL; default: start `omlx serve` here' '--model:Model to request (default: the server'\''s first)' '--concurrency:Concurrency levels, comma-separated' '--prompt-words:Prompt lengths (~tokens), comma-separated' '--max-tokens:Tokens generated per request' '--requests:Requests per level (default: 2 x concurrency)' '--api-key:API key' '--dflash:Serve the model with its DFlash draft' '--json:Print one JSON document' '--help:Show this help and exit'); subs=() ;;
-        ("omlx dflash-bench") opts=('--help:Show this help and exit'); subs=() ;;
+        ("omlx dflash-bench") opts=('--model:Target model: a folder or a store name' '--draft:DFlash draft folder, or '\''random'\'' for an untrained draft' '--prompts:One prompt per line' '--max-tokens:' '--temperature:' '--block-size:' '--draft-by-argmax:With --temperature > 0: draft greedily' '--json:Print JSON for scripts' '--help:Show this help and exit'); subs=() ;;
         ("omlx top") opts=('--url:Server base URL (default: the local server in settings)' '--api-key:API key (default: server.api_key from settings)' '--batch:Print plain-text frames and exit' '-b:Print plain-text frames and exit' '-n:Frames in batch mode (0 = until interrupted)' '--iterations:Frames in batch mode (0 = until interrupted)' '--delay:Seconds between frames' '-d:Seconds between frames' '--help:Show this help and exit'); subs=() ;;
         ("omlx completions") opts=('--help:Show this help and exit'); subs=('bash:bash' 'zsh:zsh' 'fish:fish') ;;
-        ("omlx cache") opts=('--help:Show this help and exit'); subs=('inspect:Blocks, tokens and bytes per model and tier' 'clear:Drop cached blocks') ;;
-        ("omlx cache inspect") opts=('--help:Show this help and exit'); subs=() ;;
-        ("omlx cache clear") opts=('--help:Show this help and exit'); subs=() ;;
+        ("omlx cache") opts=('--help:Show this help and exit'); subs=('inspect:Blocks, tokens and bytes per model and tier, hit rate, oldest/newest, skipped' 'clear:Drop cached blocks (all models unless --model)') ;;
+        ("omlx cache inspect") opts=('--model:Only this model (name)' '-m:Only this model (name)' '--json:Print the report as JSON' '--help:Show this help and exit'); subs=() ;;
+        ("omlx cache clear") opts=('--model:Only this model (name)' '-m:Only this model (name)' '--tier:hot, cold or all' '--help:Show this help and exit'); subs=() ;;
         ("omlx config") opts=('--help:Show this help and exit'); subs=('show:Print the effective settings and the source of each value' 'set:Validate VALUE and write it to the config file') ;;
         ("omlx config show") opts=('--json:Print JSON for scripts' '--help:Show this help and exit'); subs=() ;;
         ("omlx config set") opts=('--help:Show this help and exit'); subs=() ;;

@@ -13,7 +13,7 @@ from omlx.cli.commands.models import human_bytes, open_store
 from omlx.cli.output import console, fail
 from omlx.engine.hub import HubFile, download, is_repo_id
 from omlx.engine.model_store import ModelEntry, ModelStore, add_folder, check_name
-from omlx.errors import InvalidRequest, OmlxError
+from omlx.errors import ImportFailed, InvalidRequest, OmlxError
 
 GGUF_PART_RE = re.compile(r"\.gguf\.part\d+$")
 
@@ -26,9 +26,11 @@ class DType(StrEnum):
 
 
 def pull(
-    source: str = typer.Argument(
+    sources: list[str] = typer.Argument(
         ...,
-        help="A .gguf file (or its first .gguf.partNN), a model folder, or a hub repo ORG/NAME.",
+        metavar="SOURCE...",
+        help="A .gguf file (split GGUFs: every .gguf.partNN in order, or the first to find"
+        " its siblings), a model folder, or a hub repo ORG/NAME.",
     ),
     name: str | None = typer.Option(None, "--name", help="Name in the store (default: derived)."),
     dtype: DType = typer.Option(
@@ -48,7 +50,7 @@ def pull(
     try:
         if name is not None:
             check_name(name)
-        entry = _pull(store, source, name, dtype, revision, dry_run)
+        entry = _pull_any(store, sources, name, dtype, revision, dry_run)
     except OmlxError as e:
         fail(e.message)
     if entry is not None:
@@ -58,6 +60,23 @@ def pull(
             f"at {entry.path}",
             highlight=False,
         )
+
+
+def _pull_any(
+    store: ModelStore,
+    sources: list[str],
+    name: str | None,
+    dtype: DType,
+    revision: str | None,
+    dry_run: bool,
+) -> ModelEntry | None:
+    if len(sources) == 1:
+        return _pull(store, sources[0], name, dtype, revision, dry_run)
+    if not all(GGUF_PART_RE.search(s) for s in sources):
+        raise InvalidRequest("several sources are accepted only as the parts of one split GGUF")
+    if revision or dry_run:
+        raise InvalidRequest("--revision and --dry-run apply to hub repositories only")
+    return _pull_gguf(store, [Path(s).expanduser() for s in sources], name, dtype)
 
 
 def _pull(
@@ -73,7 +92,7 @@ def _pull(
     if (revision or dry_run) and (is_gguf or path.exists()):
         raise InvalidRequest("--revision and --dry-run apply to hub repositories only")
     if is_gguf:
-        return _pull_gguf(store, path, name, dtype)
+        return _pull_gguf(store, [path], name, dtype)
     if path.is_dir():
         return add_folder(store, path, name)
     if path.exists():
@@ -85,18 +104,31 @@ def _pull(
     )
 
 
-def _pull_gguf(store: ModelStore, path: Path, name: str | None, dtype: DType) -> ModelEntry:
-    if not path.is_file():
-        raise InvalidRequest(f"{path}: no such file")
-    sources: Path | list[Path] = path
-    if GGUF_PART_RE.search(path.name):
+def _pull_gguf(store: ModelStore, paths: list[Path], name: str | None, dtype: DType) -> ModelEntry:
+    for p in paths:
+        if not p.is_file():
+            raise InvalidRequest(f"{p}: no such file")
+    path, sources = paths[0], paths
+    if len(paths) == 1 and GGUF_PART_RE.search(path.name):
         # Split GGUFs (name.gguf.part00, part01, ...) are concatenated in order.
         stem = GGUF_PART_RE.sub(".gguf.part", path.name)
         sources = sorted(path.parent.glob(f"{stem}[0-9]*"))
+    dest = store.primary_dir / check_name(name or gguf_model_name(path))
     from omlx.engine.gguf import import_gguf
 
-    folder = import_gguf(sources, store.primary_dir, dtype=dtype.value, name=name)
+    try:
+        folder = import_gguf(sources, dest, dtype=dtype.value, name=name)
+    except OmlxError:
+        raise
+    except Exception as e:  # a malformed file surfaces as whatever the reader raised
+        raise ImportFailed(f"{path}: cannot import: {type(e).__name__}: {e}") from e
     return store.resolve(str(folder))
+
+
+def gguf_model_name(path: Path) -> str:
+    """`SmolLM2-135M-Instruct.Q4_1.gguf` -> `SmolLM2-135M-Instruct.Q4_1`; parts lose `.partNN`."""
+    stem = GGUF_PART_RE.sub("", path.name).removesuffix(".gguf")
+    return re.sub(r"[^\w.-]+", "-", stem).strip(".-") or "model"
 
 
 def _pull_hub(
