@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from omlx.engine.parsers.budget import ThinkingBudget
 from omlx.engine.parsers.delta import OutputParser, ParsedDelta, new_tool_call_id
 from omlx.engine.parsers.factory import (
     TOOL_FORMATS,
@@ -15,6 +16,7 @@ __all__ = [
     "TOOL_FORMATS",
     "OutputParser",
     "ParsedDelta",
+    "ThinkingBudget",
     "detect_tool_format",
     "has_reasoning",
     "make_output_parser",
