@@ -28,7 +28,7 @@ class DType(StrEnum):
 def pull(
     sources: list[str] = typer.Argument(
         ...,
-        metavar="SOURCE...",
+        metavar="SOURCE",
         help="A .gguf file (split GGUFs: every .gguf.partNN in order, or the first to find"
         " its siblings), a model folder, or a hub repo ORG/NAME.",
     ),
@@ -45,7 +45,11 @@ def pull(
         False, "--dry-run", help="Hub only: list the files and sizes, download nothing."
     ),
 ) -> None:
-    """Add a model to the store ($OMLX_HOME/models): import, register or download it."""
+    """Add a model to the store ($OMLX_HOME/models): import, register or download it.
+
+    Examples: `omlx pull SmolLM2.Q4_1.gguf --dtype keep`, `omlx pull ~/models/my-model`
+    (added as a symlink), `omlx pull mlx-community/Qwen3-0.6B-4bit --dry-run`.
+    """
     store = open_store()
     try:
         if name is not None:
