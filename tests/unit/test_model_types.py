@@ -279,7 +279,7 @@ def test_model_types_imports_without_mlx():
 
     code = (
         "import sys; sys.modules['mlx'] = None; "
-        "import omlx.engine.model_types, omlx.engine.model_store; print('ok')"
+        "import omlx.engine.model_types, omlx.engine.model_store, omlx.engine.hub; print('ok')"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.stdout.strip() == "ok", out.stderr
