@@ -69,6 +69,7 @@ class ToolCallExtractor:
         self._span: Span | None = None
         # Whitespace before the open span: dropped if it holds a call, kept if it degrades.
         self._span_lead = ""
+        self._num_scanned = 0  # chars of an open span's body already searched for its end
         self._bare = False
         self._at_message_start = fmt.bare_json
         self._after_call = False
@@ -119,9 +120,12 @@ class ToolCallExtractor:
         assert span is not None
         if span.end is None:
             return False
-        i = self._buf.find(span.end)
+        # Resume the search where the last one stopped: long call bodies stay linear.
+        i = self._buf.find(span.end, max(0, self._num_scanned - len(span.end) + 1))
         if i < 0:
+            self._num_scanned = len(self._buf)
             return False
+        self._num_scanned = 0
         body = self._buf[:i]
         self._buf = self._buf[i + len(span.end) :]
         self._span = None
