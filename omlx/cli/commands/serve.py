@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +120,15 @@ def run_server(settings: Settings) -> None:
         f"(default model: {default}; Ctrl-C stops)",
         highlight=False,
     )
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the
+    # handlers that were there before it: make that a clean exit, not a traceback.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _exit_cleanly)
     uvicorn.Server(uvicorn_config(app, settings)).run()
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def _default_model(settings: Settings, store: Any) -> str:

@@ -1,0 +1,109 @@
+"""`omlx serve` as a process: serves a model folder, and SIGTERM lets open streams finish."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fixtures.tiny_tokenizer import EOS_TOKEN, tokenizer_vocab
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(base_url: str, proc: subprocess.Popen[str], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(
+                f"omlx serve exited early:\n{proc.stdout.read() if proc.stdout else ''}"
+            )
+        try:
+            if httpx.get(f"{base_url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise AssertionError("omlx serve did not become healthy")
+
+
+def test_serve_then_sigterm_lets_the_open_stream_finish(
+    tmp_path: Path, tiny_llama_dir: Path
+) -> None:
+    models = tmp_path / "models"
+    shutil.copytree(tiny_llama_dir, models / "tiny")
+    port = _free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "omlx.cli.main",
+            "serve",
+            "--model-dir",
+            str(models),
+            "--model",
+            "tiny",
+            "--port",
+            str(port),
+            "--api-key",
+            "k3y",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ),
+    )
+    try:
+        _wait_healthy(base_url, proc)
+        headers = {"Authorization": "Bearer k3y"}
+        body = {
+            "messages": [{"role": "user", "content": "go on"}],
+            "max_tokens": 150,
+            "logit_bias": {str(tokenizer_vocab()[EOS_TOKEN]): -100},
+            "stream": True,
+        }
+        lines: list[str] = []
+        first_content = threading.Event()
+
+        def stream() -> None:
+            url = f"{base_url}/v1/chat/completions"
+            with httpx.stream("POST", url, json=body, headers=headers, timeout=60) as r:
+                for line in r.iter_lines():
+                    if line:
+                        lines.append(line)
+                    if '"content":"' in line and '"content":""' not in line:
+                        first_content.set()
+
+        reader = threading.Thread(target=stream)
+        reader.start()
+        assert first_content.wait(60)
+        proc.send_signal(signal.SIGTERM)
+        reader.join(60)
+        assert lines[-1] == "data: [DONE]"  # the open stream ran to its end
+        assert any('"finish_reason":"length"' in line for line in lines)
+        assert proc.wait(30) == 0
+        log = proc.stdout.read() if proc.stdout else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "POST /v1/chat/completions model=tiny status=200" in log
+    assert "completion_tokens=150" in log
+    assert "k3y" not in log
+    assert "Application shutdown complete" in log
+    assert "Traceback" not in log
