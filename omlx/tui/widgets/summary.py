@@ -57,7 +57,7 @@ class Summary(Vertical):
         )
         m = snap.memory
         self.query_one("#memory", Static).update(
-            f"[b]memory[/b] mlx {human_bytes(m.mlx_active_bytes)} (peak "
-            f"{human_bytes(m.mlx_peak_bytes)}, cache {human_bytes(m.mlx_cache_bytes)})  rss "
-            f"{human_bytes(m.process_rss_bytes)}  budget {human_bytes(m.budget_bytes)}"
+            f"[b]mem[/b] mlx {human_bytes(m.mlx_active_bytes)} peak "
+            f"{human_bytes(m.mlx_peak_bytes)} cache {human_bytes(m.mlx_cache_bytes)} "
+            f"rss {human_bytes(m.process_rss_bytes)} budget {human_bytes(m.budget_bytes)}"
         )

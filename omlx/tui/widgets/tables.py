@@ -42,7 +42,7 @@ class SortableTable(DataTable):
 
 
 class ModelsTable(SortableTable):
-    COLUMNS = ("model", "type", "state", "pin", "ttl", "run", "queue", "gen tok/s", "mem")
+    COLUMNS = ("model", "type", "state", "pin", "ttl", "run", "q", "tok/s", "mem")
     SORT_KEYS = ("model", "generation_tps", "running", "memory_bytes")
 
     def show(self, snap: StatsSnapshot) -> None:
@@ -55,8 +55,8 @@ class ModelsTable(SortableTable):
                 (
                     m.model,
                     (
-                        m.model,
-                        m.type,
+                        m.model[:24],
+                        m.type[:5],
                         "loaded" if m.loaded else "idle",
                         "yes" if m.pinned else "",
                         duration(m.ttl_left_s),
