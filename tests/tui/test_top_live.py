@@ -47,10 +47,15 @@ def _fire_requests(base_url: str, n: int, max_tokens: int = 24) -> threading.Thr
     def run() -> None:
         with httpx.Client(timeout=120) as http:
             for i in range(n):
-                http.post(f"{base_url}/v1/chat/completions", json={
-                    "model": "tiny", "max_tokens": max_tokens, "temperature": 0,
-                    "messages": [{"role": "user", "content": f"tell me a story {i}"}],
-                })
+                http.post(
+                    f"{base_url}/v1/chat/completions",
+                    json={
+                        "model": "tiny",
+                        "max_tokens": max_tokens,
+                        "temperature": 0,
+                        "messages": [{"role": "user", "content": f"tell me a story {i}"}],
+                    },
+                )
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -93,13 +98,15 @@ async def test_unload_key_unloads_the_selected_model(live: LiveServer) -> None:
     _fire_requests(live.base_url, 1, max_tokens=2).join(timeout=120)
     app = TopApp(OmlxClient(live.base_url))
     async with app.run_test(size=(80, 24)) as pilot:
-        await _wait_for(pilot, lambda: app.snapshot is not None and any(
-            m.loaded for m in app.snapshot.models))
+        await _wait_for(
+            pilot, lambda: app.snapshot is not None and any(m.loaded for m in app.snapshot.models)
+        )
         await pilot.press("u")
         await _wait_for(pilot, lambda: "unload tiny" in _text(app, "#message"))
         assert "ok" in _text(app, "#message"), _text(app, "#message")
         await _wait_for(pilot, lambda: not any(m.loaded for m in app.snapshot.models))
-    status = httpx.get(f"{live.base_url}/v1/models/status", timeout=10).json()
+    resp = await asyncio.to_thread(httpx.get, f"{live.base_url}/v1/models/status", timeout=10)
+    status = resp.json()
     assert not any(m.get("loaded") for m in status["data"])
 
 
