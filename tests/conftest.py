@@ -6,7 +6,11 @@ import os
 
 import pytest
 
-pytest_plugins = ["tests.fixtures.blas_plugin", "tests.fixtures.tiny_plugin"]
+pytest_plugins = [
+    "tests.fixtures.blas_plugin",
+    "tests.fixtures.tiny_plugin",
+    "tests.fixtures.real_models",
+]
 
 
 @pytest.fixture(autouse=True)
