@@ -20,6 +20,25 @@ from mlx_lm.models.cache import ArraysCache, KVCache, make_prompt_cache
 from omlx.draft.tape import GatedDeltaTape, TapeGatedDeltaNet, can_tape
 from omlx.errors import DraftMismatch
 
+# Inputs up to this long get explicit array masks (verify blocks; see VerifyKVCache).
+MAX_ARRAY_MASK_TOKENS = 64
+
+
+class VerifyKVCache(KVCache):
+    """A KVCache whose masks are explicit arrays for verify-sized inputs.
+
+    On CUDA, MLX sends a multi-token "causal" attention to cuDNN, which rebuilds its
+    graph whenever the key length changes: measured ~60-80 ms per DFlash cycle on an
+    H200, more than the verify itself. An array mask takes the generic kernels instead.
+    """
+
+    def make_mask(
+        self, n: int, *, return_array: bool = False, window_size: int | None = None
+    ) -> Any:
+        return super().make_mask(
+            n, return_array=return_array or n <= MAX_ARRAY_MASK_TOKENS, window_size=window_size
+        )
+
 
 class _CaptureLayer(nn.Module):
     """Calls the wrapped decoder layer and keeps its output hidden state."""
@@ -79,9 +98,11 @@ class TargetAdapter:
         return len(self._layers)
 
     def make_cache(self) -> list[Any]:
-        cache = make_prompt_cache(self.model)
+        cache = [
+            VerifyKVCache() if type(c) is KVCache else c for c in make_prompt_cache(self.model)
+        ]
         for layer, layer_cache in zip(self._layers, cache, strict=True):
-            if type(layer_cache) not in (KVCache, ArraysCache):
+            if type(layer_cache) not in (VerifyKVCache, ArraysCache):
                 raise DraftMismatch(
                     f"DFlash cannot roll back a {type(layer_cache).__name__} "
                     "(sliding-window or quantized caches are not supported)"

@@ -22,6 +22,20 @@ from omlx.draft.config import DFlashConfig
 from omlx.errors import InvalidRequest
 
 
+def _block_attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
+    """Unmasked attention of a few queries over all keys, as plain matmuls.
+
+    Not mx.fast.scaled_dot_product_attention: on CUDA it sends multi-query attention to
+    cuDNN, whose graph is rebuilt for every new key length, i.e. every DFlash cycle.
+    """
+    b, num_heads, n, d = q.shape
+    num_kv = k.shape[1]
+    q = (q * scale).reshape(b, num_kv, num_heads // num_kv, n, d)
+    scores = q @ mx.expand_dims(k, 2).swapaxes(-1, -2)
+    probs = mx.softmax(scores, axis=-1, precise=True)
+    return (probs @ mx.expand_dims(v, 2)).reshape(b, num_heads, n, d)
+
+
 class DraftAttention(nn.Module):
     def __init__(self, cfg: DFlashConfig) -> None:
         super().__init__()
@@ -62,9 +76,7 @@ class DraftAttention(nn.Module):
         block_keys, block_values = self._keys_values(x, position)
         keys = mx.concatenate([ctx_keys, block_keys], axis=2)
         values = mx.concatenate([ctx_values, block_values], axis=2)
-        out = mx.fast.scaled_dot_product_attention(
-            queries, keys, values, scale=self.scale, mask=None
-        )
+        out = _block_attention(queries, keys, values, self.scale)
         return self.o_proj(out.transpose(0, 2, 1, 3).reshape(b, n, -1))
 
 
