@@ -71,6 +71,10 @@ class EventStream:
         """The next event, or None if none arrived within `timeout_s`."""
         if self._pending:
             event = self._pending.pop(0)
+        elif not self._queue.empty():  # fast path: wait_for costs a task per call
+            event = self._queue.get_nowait()
+        elif timeout_s is None:
+            event = await self._queue.get()
         else:
             try:
                 event = await asyncio.wait_for(self._queue.get(), timeout_s)

@@ -6,6 +6,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+import msgspec
+
 from omlx.engine.api import Done, FinishReason, GenerationEvent, Token, TokenLogprob, ToolCall
 from omlx.schemas import openai as oa
 from omlx.server.errors import Dialect, error_body, error_info
@@ -13,6 +15,8 @@ from omlx.server.generation import Collected
 from omlx.server.sse import DONE, frame
 
 log = logging.getLogger(__name__)
+
+_encoder = msgspec.json.Encoder()
 
 
 def finish_reason(done: Done | None, has_tool_calls: bool) -> str:
@@ -118,6 +122,7 @@ class ChatChunker:
     created: int = field(default_factory=lambda: int(time.time()))
     num_tool_calls: int = 0
     has_sent_role: bool = False
+    _content_parts: tuple[bytes, bytes] | None = None
 
     def chunk(
         self, delta: oa.Delta, finish: str | None = None, logprobs: oa.ChoiceLogprobs | None = None
@@ -135,6 +140,17 @@ class ChatChunker:
     def empty_chunk(self) -> bytes:
         return frame(self.chunk(oa.Delta()))
 
+    def _content_frame(self, text: str) -> bytes:
+        """The hot path (one plain-content chunk per token): splice the encoded text into
+        this stream's fixed chunk bytes instead of building Structs each time."""
+        if self._content_parts is None:
+            marker = "\x00"
+            whole = frame(self.chunk(oa.Delta(content=marker)))
+            head, _, tail = whole.partition(_encoder.encode(marker))
+            self._content_parts = (head, tail)
+        head, tail = self._content_parts
+        return head + _encoder.encode(text) + tail
+
     def render(self, event: GenerationEvent) -> list[bytes]:
         if isinstance(event, Token):
             return self._token(event)
@@ -147,6 +163,9 @@ class ChatChunker:
         if not self.has_sent_role:
             self.has_sent_role = True
             frames.append(frame(self.chunk(oa.Delta(role="assistant", content=""))))
+        if event.text and not (event.reasoning or event.tool_calls or self.want_logprobs):
+            frames.append(self._content_frame(event.text))
+            return frames
         delta = oa.Delta()
         if event.reasoning:
             delta.reasoning_content = event.reasoning
