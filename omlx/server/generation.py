@@ -138,6 +138,8 @@ def stream_response(
                     return
                 for chunk in render(item):
                     yield chunk
+        except Exception as e:  # a failure while rendering: tell the client, then close
+            yield error_frame(e)
         finally:
             stream.close()
 

@@ -172,3 +172,18 @@ def test_body_over_limit_is_413_in_openai_shape(pool: FakeEnginePool) -> None:
     with running_server(pool, settings) as live:
         big = {**OK, "messages": [{"role": "user", "content": "x" * 5000}]}
         _assert_openai_error(_post(live, big), 413)
+
+
+def test_failure_while_rendering_becomes_an_in_stream_error(
+    pool: FakeEnginePool, server: LiveServer
+) -> None:
+    from omlx.engine.api import Started, Token
+
+    bad: list = ["not a TokenLogprob"]
+    broken = Token(RequestId(""), text="x", token_ids=[1], logprobs=bad)
+    pool.script_for = lambda req: [Started(RequestId(""), 3), broken]
+    body = {**OK, "stream": True, "logprobs": True}
+    with httpx.stream("POST", f"{server.base_url}/v1/chat/completions", json=body) as r:
+        data = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert r.status_code == 200
+    assert '"error"' in data[-1] and "internal error" in data[-1]
