@@ -23,8 +23,14 @@ from pathlib import Path
 
 async def measure(model_dir: Path, streams: int, long_tokens: int, share: float,
                   baseline_tokens: int) -> dict[str, float]:
-    from omlx.engine.api import ChatMessage, GenerationRequest, RequestId, SamplingParams
-    from omlx.engine.api import Started, Token
+    from omlx.engine.api import (
+        ChatMessage,
+        GenerationRequest,
+        RequestId,
+        SamplingParams,
+        Started,
+        Token,
+    )
     from omlx.engine.pool import ModelPool
     from omlx.settings import EngineSettings, Settings
 
@@ -77,7 +83,8 @@ async def measure(model_dir: Path, streams: int, long_tokens: int, share: float,
     alone, during = statistics.median(gaps["alone"]), statistics.median(gaps["prefill"])
     return {
         "itl_alone_ms": round(1000 * alone, 2), "itl_during_prefill_ms": round(1000 * during, 2),
-        "itl_during_prefill_p90_ms": round(1000 * statistics.quantiles(gaps["prefill"], n=10)[-1], 2),
+        "itl_during_prefill_p90_ms": round(
+            1000 * statistics.quantiles(gaps["prefill"], n=10)[-1], 2),
         "decode_speed_kept_pct": round(100 * alone / during, 1),
         "long_prompt_ttft_s": round(t_first - t_submit, 3),
         "long_prompt_prefill_s": round(t_first - t_started, 3),
