@@ -160,6 +160,19 @@ def test_tiny_keep_import_stays_4bit_and_matches_dequantized_weights(tmp_path: P
     np.testing.assert_allclose(np.array(got), np.array(reference), atol=2e-2)
 
 
+@pytest.mark.parametrize(
+    ("dtype", "mx_dtype"), [("float16", mx.float16), ("bfloat16", mx.bfloat16)]
+)
+def test_half_precision_imports_cast_every_tensor(
+    tmp_path: Path, dtype: str, mx_dtype: mx.Dtype
+) -> None:
+    src = write_tiny_llama_gguf(tmp_path / "tiny.gguf", hf_weights(), qtype=Q.Q8_0)
+    out = import_gguf(src, tmp_path / dtype, dtype=dtype)
+    saved = mx.load(str(out / "model.safetensors"))
+    assert {a.dtype for a in saved.values()} == {mx_dtype}
+    assert json.loads((out / "config.json").read_text())["torch_dtype"] == dtype
+
+
 def test_keep_dequantizes_types_mlx_cannot_hold(tmp_path: Path) -> None:
     weights = hf_weights(seed=4)
     src = write_tiny_llama_gguf(tmp_path / "tiny-q5.gguf", weights, qtype=Q.Q5_0)
@@ -262,6 +275,23 @@ def test_smollm2_answers_paris(smollm2_dir: Path) -> None:
     assert prompt.endswith("<|im_start|>assistant\n")
     text = generate(model, tokenizer, prompt, max_tokens=12)
     assert "Paris" in text
+
+
+def test_smollm2_tokenizer_behaves_like_the_original(smollm2_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(smollm2_dir))
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.unk_token) == (
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|endoftext|>",
+    )
+    chat = tokenizer.encode("<|im_start|>user\nHi<|im_end|>")
+    assert chat[0] == 1 and chat[-1] == 2 and len(chat) == 5  # specials are single tokens
+    digits = tokenizer.convert_ids_to_tokens(tokenizer.encode("In 2024"))
+    assert digits == ["In", "Ġ", "2", "0", "2", "4"]  # SmolLM splits digits one by one
+    text = "Héllo wörld — 42 🙂\n\tTabs  double"
+    assert tokenizer.decode(tokenizer.encode(text)) == text
 
 
 @pytest.fixture(scope="module")

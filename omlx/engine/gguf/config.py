@@ -129,8 +129,12 @@ def write_configs(
     if quantization is not None:
         config["quantization"] = quantization
         config["quantization_config"] = quantization
-    if name := model.metadata.get("general.name"):
-        config["gguf_source"] = {"name": name, "file_type": model.metadata.get("general.file_type")}
+    source = {
+        "name": model.metadata.get("general.name"),
+        "file_type": model.metadata.get("general.file_type"),
+    }
+    if source := {k: v for k, v in source.items() if v is not None}:
+        config["gguf_source"] = source
     (dest / "config.json").write_text(json.dumps(config, indent=2))
     generation = {
         key: config[key]
