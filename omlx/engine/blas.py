@@ -101,6 +101,38 @@ def preload_env(env: Mapping[str, str], plan: BlasPlan) -> dict[str, str]:
     return out
 
 
+def optimized_env(env: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    """`env` (default: os.environ) with the optimized BLAS preloaded, for child processes.
+
+    For benchmarks that start other programs (mlx_lm.server, a stock-vs-optimized probe)
+    on the same BLAS omlx uses; None where none applies (macOS, CUDA, OMLX_BLAS=off, none
+    installed). Unlike a bare LD_PRELOAD, this also makes the library's own deps loadable.
+    """
+    env = os.environ if env is None else env
+    choice = env.get(ENV_CHOICE, "auto")
+    if choice.strip().lower() in OFF_VALUES:  # off means "not in this process", not "none"
+        choice = "auto"
+    plan = decide({ENV_CHOICE: choice}).plan
+    return None if plan is None else preload_env(env, plan)
+
+
+def stock_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`env` without any BLAS preload and with OMLX_BLAS=off: MLX's bundled reference BLAS."""
+    env = os.environ if env is None else env
+    ours = {env.get(ENV_MARKER, "")}
+    plan = decide({ENV_CHOICE: "auto"}).plan
+    if plan is not None:
+        ours.add(plan.library)
+    out = {k: v for k, v in env.items() if k != ENV_MARKER}
+    kept = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p not in ours]
+    if kept:
+        out["LD_PRELOAD"] = " ".join(kept)
+    else:
+        out.pop("LD_PRELOAD", None)
+    out[ENV_CHOICE] = "off"
+    return out
+
+
 def is_preloaded(env: Mapping[str, str], plan: BlasPlan | None = None) -> bool:
     """True in a process started with the BLAS already preloaded (never re-exec it again)."""
     if env.get(ENV_MARKER):

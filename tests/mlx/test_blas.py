@@ -11,7 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from omlx.engine.blas import ENV_MARKER, active_blas_library, decide, preload_env
+from omlx.engine.blas import (
+    ENV_MARKER,
+    active_blas_library,
+    decide,
+    optimized_env,
+    preload_env,
+    stock_env,
+)
 from tests.fixtures.blas_plugin import SESSION_BLAS_CHOICE
 
 PLAN = decide({"OMLX_BLAS": "auto"}).plan
@@ -47,12 +54,6 @@ with open(out + ".json", "w") as f:
 """
 
 
-def _stock_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", ENV_MARKER)}
-    env["OMLX_BLAS"] = "off"
-    return env
-
-
 def _probe(tmp_path: Path, name: str, env: dict[str, str], models: list[Path]):
     out = tmp_path / name
     args = [sys.executable, "-c", PROBE, str(out), *map(str, models)]
@@ -65,8 +66,8 @@ def _probe(tmp_path: Path, name: str, env: dict[str, str], models: list[Path]):
 def test_same_results_with_and_without_openblas(tmp_path, tiny_llama_dir, tiny_hybrid_dir):
     assert PLAN is not None
     models = [tiny_llama_dir, tiny_hybrid_dir]
-    stock, stock_meta = _probe(tmp_path, "stock", _stock_env(), models)
-    fast, fast_meta = _probe(tmp_path, "fast", preload_env(_stock_env(), PLAN), models)
+    stock, stock_meta = _probe(tmp_path, "stock", stock_env(), models)
+    fast, fast_meta = _probe(tmp_path, "fast", preload_env(stock_env(), PLAN), models)
 
     assert stock_meta["blas"] is None  # mlx-cpu's private reference BLAS
     assert fast_meta["blas"] == PLAN.library
@@ -74,6 +75,16 @@ def test_same_results_with_and_without_openblas(tmp_path, tiny_llama_dir, tiny_h
         np.testing.assert_allclose(fast[key], expected, rtol=1e-4, atol=1e-4, err_msg=key)
     assert fast_meta["tokens"] == stock_meta["tokens"]
     assert len(set(stock_meta["tokens"]["llama"])) > 2
+
+
+@needs_blas
+def test_env_helpers_for_child_processes():
+    fast = optimized_env({"OMLX_BLAS": "off", "PATH": "/bin"})
+    assert fast is not None and fast["LD_PRELOAD"].split()[0] == PLAN.library
+    assert fast[ENV_MARKER] == PLAN.library
+    stock = stock_env({**fast, "LD_PRELOAD": fast["LD_PRELOAD"] + " /other/lib.so"})
+    assert stock["LD_PRELOAD"] == "/other/lib.so"
+    assert ENV_MARKER not in stock and stock["OMLX_BLAS"] == "off"
 
 
 @needs_blas
