@@ -57,7 +57,7 @@ class Result:
 def request(text: str = "hello", *, model: str = "tiny", max_tokens: int | None = 16,
             **kw: Any) -> GenerationRequest:
     sampling = kw.pop("sampling", SamplingParams(temperature=0.0))
-    if "prompt_token_ids" not in kw and "prompt" not in kw:
+    if not {"prompt_token_ids", "prompt", "messages"} & kw.keys():
         kw["messages"] = [ChatMessage("user", text)]
     return GenerationRequest(request_id=RequestId(f"req-{next(_ids)}"), model=model,
                              max_tokens=max_tokens, sampling=sampling, **kw)
