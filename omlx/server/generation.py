@@ -24,7 +24,12 @@ from omlx.engine.api import (
     TokenLogprob,
     ToolCall,
 )
-from omlx.server.event_stream import EventStream, KeepAlive, watch_disconnect
+from omlx.server.event_stream import (
+    ClientDisconnected,
+    EventStream,
+    KeepAlive,
+    watch_disconnect,
+)
 from omlx.server.request_log import current_record
 from omlx.server.sse import keepalive_frame, keepalive_interval, sse_response
 from omlx.settings import Settings
@@ -52,6 +57,10 @@ def _note(record_from: GenerationEvent) -> None:
         record.prompt_tokens = record_from.prompt_tokens
         record.completion_tokens = record_from.completion_tokens
         record.cached_tokens = record_from.cached_tokens
+        record.finish = str(record_from.finish_reason)
+    elif isinstance(record_from, Failed):
+        is_gone = isinstance(record_from.error, ClientDisconnected)
+        record.finish = "disconnected" if is_gone else "error"
 
 
 def begin(request: Request[Any, Any, Any], gen: GenerationRequest) -> EventStream:
@@ -141,6 +150,8 @@ def stream_response(
         except Exception as e:  # a failure while rendering: tell the client, then close
             yield error_frame(e)
         finally:
+            if not stream.is_finished:
+                current_record().finish = "disconnected"
             stream.close()
 
     return sse_response(frames(), on_close=stream.close)

@@ -27,6 +27,7 @@ class RequestRecord:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    finish: str = "-"  # the engine's finish reason, "disconnected" or "error"
 
 
 _current: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
@@ -86,7 +87,7 @@ def _log_line(scope: Any, record: RequestRecord, status: int, duration_s: float)
     log.log(
         level,
         "%s %s model=%s status=%d prompt_tokens=%d completion_tokens=%d "
-        "cached_tokens=%d duration_ms=%.0f",
+        "cached_tokens=%d finish=%s duration_ms=%.0f",
         scope.get("method", "-"),
         path,
         record.model,
@@ -94,5 +95,6 @@ def _log_line(scope: Any, record: RequestRecord, status: int, duration_s: float)
         record.prompt_tokens,
         record.completion_tokens,
         record.cached_tokens,
+        record.finish,
         duration_s * 1000,
     )

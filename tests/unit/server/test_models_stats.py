@@ -90,6 +90,7 @@ def test_one_log_line_per_request_without_prompt_text(
         "status=200",
         "prompt_tokens=7",
         "completion_tokens=2",
+        "finish=stop",
         "duration_ms=",
     ):
         assert part in line

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import time
 
 import httpx
@@ -100,7 +101,10 @@ def _wait_until(predicate, timeout_s: float = 5.0) -> bool:
     return False
 
 
-def test_disconnect_mid_stream_cancels_the_request(pool: FakeEnginePool) -> None:
+def test_disconnect_mid_stream_cancels_the_request(
+    pool: FakeEnginePool, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="omlx.server.access")
     pool.script_for = lambda req: text_script(["Hello"] * 200, token_delay_s=0.05)
     with _server(pool, "comment") as live:
         with httpx.stream("POST", live.base_url + "/v1/chat/completions", json=CHAT) as r:
@@ -110,6 +114,7 @@ def test_disconnect_mid_stream_cancels_the_request(pool: FakeEnginePool) -> None
         cancelled = pool.wait_cancelled(5.0)
         assert cancelled == [pool.requests[0].request_id]
         assert _wait_until(lambda: pool.finished == cancelled)  # the engine iterator closed
+        assert _wait_until(lambda: "finish=disconnected" in caplog.text)
 
 
 def test_disconnect_while_first_token_pending_cancels(pool: FakeEnginePool) -> None:
