@@ -67,6 +67,7 @@ class Live:
     alt: Iterator[list[int]] | None = None
     served_by: str = "batch"
     prefilling: bool = True
+    snapshot_at: int | None = None  # prompt position where the prefix cache wants a store
     num_generated: int = 0
     last_token_at: float | None = None
 
@@ -241,13 +242,13 @@ class EngineRunner:
         if alt is not None and alt.wants(sub.prompt, params, num_running=len(self._uids)):
             stream = alt.open(self._lm.model, ids, params, sub.prompt.max_tokens)
             return Live(sub, text, 0, alt=stream, served_by=alt.name, prefilling=False)
-        # Keep at least one prompt token to prefill: the batch samples from its logits.
-        caches, num_cached = self._prefix.fetch(ids[:-1])
-        if caches is None:
-            num_cached = 0
+        caches, num_cached = self._prefix.fetch(ids)
+        if caches is None or not 0 < num_cached < len(ids):  # one token must be left to prefill
+            caches, num_cached = None, 0
+        segments, snapshot_at = self._segments(ids, num_cached)
         vocab = self._lm.spec.vocab_size or len(self._lm.tokenizer)
-        [uid] = self._gen.insert(
-            [ids[num_cached:]],
+        [uid] = self._gen.insert_segments(
+            [segments],
             max_tokens=[sub.prompt.max_tokens],
             caches=[caches],
             all_tokens=[list(ids[:num_cached])],
@@ -256,7 +257,15 @@ class EngineRunner:
             stop_sequences=[self._eos_stops],
         )
         self._uids.add(uid, sub.request_id)
-        return Live(sub, text, num_cached, uid=uid)
+        return Live(sub, text, num_cached, uid=uid, snapshot_at=snapshot_at)
+
+    def _segments(self, ids: list[int], num_cached: int) -> tuple[list[list[int]], int | None]:
+        """Split the prompt where the prefix cache wants a recurrent-state snapshot."""
+        snapshot_point = getattr(self._prefix, "snapshot_point", None)
+        point = snapshot_point(len(ids), num_cached) if snapshot_point else None
+        if point is None or not num_cached < point < len(ids):
+            return [list(ids[num_cached:])], None
+        return [list(ids[num_cached:point]), list(ids[point:])], point
 
     # -- phase 3: step -----------------------------------------------------------------
 
@@ -314,9 +323,22 @@ class EngineRunner:
             if r.end_of_prompt:
                 live.prefilling = False
                 continue
+            if r.end_of_segment and live.snapshot_at is not None:
+                self._store_snapshot(live, r.uid)
             done, total = r.progress
             self._outbox.put(live.sub.sink, Progress(
                 rid, live.cached_tokens + done, live.cached_tokens + total))
+
+    def _store_snapshot(self, live: Live, uid: int) -> None:
+        # Recurrent state exists only where prefill stopped: store it at the block boundary.
+        live.snapshot_at = None
+        got = self._gen.extract_cache([uid]).get(uid)
+        if got is not None:
+            cache, tokens = got
+            try:
+                self._prefix.store(list(tokens), cache)
+            except Exception:
+                log.exception("prefix cache snapshot store failed for %s", live.request_id)
 
     def _publish_generated(self, responses: list[Any]) -> None:
         for r in responses:

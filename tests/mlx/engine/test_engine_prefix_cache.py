@@ -1,0 +1,47 @@
+"""The engine with the real prefix cache: cached prefill gives the cold prefill's tokens."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from omlx.cache.prefix_cache import PrefixCache
+from omlx.engine.pool import ModelPool
+from omlx.settings import CacheSettings, EngineSettings, Settings
+from tests.mlx.engine.engine_helpers import collect, request
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _run(model_dir, tmp_path, body):
+    async def main():
+        cache = PrefixCache(CacheSettings(block_size=4), cold_dir=tmp_path / "cold")
+        pool = ModelPool(Settings(engine=EngineSettings()), models={"tiny": model_dir},
+                         prefix_factory=cache.factory())
+        try:
+            return await asyncio.wait_for(body(pool), timeout=120)
+        finally:
+            await pool.close(grace_s=0)
+            cache.close()
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("arch", ["llama", "hybrid"])
+def test_cached_prefill_matches_cold(arch, tiny_model_dirs, tmp_path):
+    prompt = list(range(300, 341))  # 41 tokens: 10 full blocks of 4
+
+    async def body(pool):
+        cold = await collect(pool, request(prompt_token_ids=prompt, max_tokens=12))
+        warm = await collect(pool, request(prompt_token_ids=prompt, max_tokens=12))
+        longer = await collect(pool, request(prompt_token_ids=[*prompt, 7, 8, 9],
+                                             max_tokens=6))
+        return cold, warm, longer
+
+    cold, warm, longer = _run(tiny_model_dirs[arch], tmp_path, body)
+    assert cold.started.cached_tokens == 0
+    assert warm.started.cached_tokens > 0
+    assert warm.done.cached_tokens == warm.started.cached_tokens
+    assert warm.token_ids == cold.token_ids
+    assert longer.started.cached_tokens >= 36
