@@ -46,7 +46,8 @@ def main() -> None:
 
     # Each variant advances the cache by one token per call, as a τ = 1 DFlash cycle does,
     # so every call sees a new key length.
-    for name, cache in (("causal", make_prompt_cache(model)), ("array", adapter.make_cache())):
+    variants = (("stock", make_prompt_cache(model)), ("bucketed", adapter.make_cache()))
+    for name, cache in variants:
         mx.eval(model(prompt, cache=cache))
 
         def verify_advance(cache=cache):

@@ -20,24 +20,55 @@ from mlx_lm.models.cache import ArraysCache, KVCache, make_prompt_cache
 from omlx.draft.tape import GatedDeltaTape, TapeGatedDeltaNet, can_tape
 from omlx.errors import DraftMismatch
 
-# Inputs up to this long get explicit array masks (verify blocks; see VerifyKVCache).
-MAX_ARRAY_MASK_TOKENS = 64
+# Inputs up to this long (verify blocks) see keys padded to a multiple of this width.
+MAX_BUCKETED_TOKENS = 64
+KEY_BUCKET_TOKENS = 256
+
+
+def _bucket(n: int) -> int:
+    return -(-n // KEY_BUCKET_TOKENS) * KEY_BUCKET_TOKENS
 
 
 class VerifyKVCache(KVCache):
-    """A KVCache whose masks are explicit arrays for verify-sized inputs.
+    """A KVCache that shows short inputs keys padded to a bucket width, with array masks.
 
-    On CUDA, MLX sends a multi-token "causal" attention to cuDNN, which rebuilds its
-    graph whenever the key length changes: measured ~60-80 ms per DFlash cycle on an
-    H200, more than the verify itself. An array mask takes the generic kernels instead.
+    On CUDA, MLX's multi-query attention (cuDNN for "causal", a JIT-compiled fallback for
+    array masks) is rebuilt for every new key length: measured 50-120 ms per DFlash
+    verify on an H200, since each cycle's key length is new. Padding the keys to a
+    multiple of KEY_BUCKET_TOKENS (masked out) makes the shapes repeat. Long inputs
+    (prefill chunks) keep the stock path.
     """
 
     def make_mask(
         self, n: int, *, return_array: bool = False, window_size: int | None = None
     ) -> Any:
-        return super().make_mask(
-            n, return_array=return_array or n <= MAX_ARRAY_MASK_TOKENS, window_size=window_size
-        )
+        if n > MAX_BUCKETED_TOKENS:
+            return super().make_mask(n, return_array=return_array, window_size=window_size)
+        positions = self.offset + mx.arange(n)[:, None]
+        keys = mx.arange(_bucket(self.offset + n))[None]
+        mask = keys <= positions
+        if window_size is not None:
+            mask = mask & (keys > positions - window_size)
+        return mask
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        n = keys.shape[2]
+        if n > MAX_BUCKETED_TOKENS:
+            return super().update_and_fetch(keys, values)
+        prev = self.offset
+        width = _bucket(prev + n)
+        if self.keys is None or self.keys.shape[2] < width:
+            b, h, _, dk = keys.shape
+            new_keys = mx.zeros((b, h, width, dk), keys.dtype)
+            new_values = mx.zeros((b, h, width, values.shape[3]), values.dtype)
+            if self.keys is not None and prev:
+                new_keys[..., :prev, :] = self.keys[..., :prev, :]
+                new_values[..., :prev, :] = self.values[..., :prev, :]
+            self.keys, self.values = new_keys, new_values
+        self.offset += n
+        self.keys[..., prev : self.offset, :] = keys
+        self.values[..., prev : self.offset, :] = values
+        return self.keys[..., :width, :], self.values[..., :width, :]
 
 
 class _CaptureLayer(nn.Module):
