@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 
 
-async def measure(model_dir: Path, streams: int, long_tokens: int, share: float,
-                  baseline_tokens: int) -> dict[str, float]:
+async def measure(
+    model_dir: Path, streams: int, long_tokens: int, share: float, baseline_tokens: int
+) -> dict[str, float]:
     from omlx.engine.api import (
         ChatMessage,
         GenerationRequest,
@@ -41,9 +42,13 @@ async def measure(model_dir: Path, streams: int, long_tokens: int, share: float,
     seen = asyncio.Event()
 
     async def stream(i: int) -> None:
-        req = GenerationRequest(request_id=RequestId(f"s{i}"), model="m", max_tokens=None,
-                                messages=[ChatMessage("user", f"Story number {i}, please.")],
-                                sampling=greedy)
+        req = GenerationRequest(
+            request_id=RequestId(f"s{i}"),
+            model="m",
+            max_tokens=None,
+            messages=[ChatMessage("user", f"Story number {i}, please.")],
+            sampling=greedy,
+        )
         last = None
         async for event in pool.generate(req):
             if not isinstance(event, Token):
@@ -66,10 +71,13 @@ async def measure(model_dir: Path, streams: int, long_tokens: int, share: float,
                 phase["name"] = "alone"
             await asyncio.sleep(0.05)
         phase["name"] = "between"
-        long_req = GenerationRequest(request_id=RequestId("long"), model="m", max_tokens=1,
-                                     prompt_token_ids=[(7 * i) % 1000 + 100
-                                                       for i in range(long_tokens)],
-                                     sampling=greedy)
+        long_req = GenerationRequest(
+            request_id=RequestId("long"),
+            model="m",
+            max_tokens=1,
+            prompt_token_ids=[(7 * i) % 1000 + 100 for i in range(long_tokens)],
+            sampling=greedy,
+        )
         t_submit = t_started = time.perf_counter()
         async for event in pool.generate(long_req):
             if isinstance(event, Started):
@@ -82,9 +90,11 @@ async def measure(model_dir: Path, streams: int, long_tokens: int, share: float,
         await pool.close(grace_s=0)
     alone, during = statistics.median(gaps["alone"]), statistics.median(gaps["prefill"])
     return {
-        "itl_alone_ms": round(1000 * alone, 2), "itl_during_prefill_ms": round(1000 * during, 2),
+        "itl_alone_ms": round(1000 * alone, 2),
+        "itl_during_prefill_ms": round(1000 * during, 2),
         "itl_during_prefill_p90_ms": round(
-            1000 * statistics.quantiles(gaps["prefill"], n=10)[-1], 2),
+            1000 * statistics.quantiles(gaps["prefill"], n=10)[-1], 2
+        ),
         "decode_speed_kept_pct": round(100 * alone / during, 1),
         "long_prompt_ttft_s": round(t_first - t_submit, 3),
         "long_prompt_prefill_s": round(t_first - t_started, 3),
@@ -111,13 +121,25 @@ def main() -> None:
         from omlx.settings import omlx_home
 
         args.model = ensure_default_model(omlx_home() / "models")
-    result = asyncio.run(measure(args.model, args.streams, args.long_tokens, args.share,
-                                 args.baseline_tokens))
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True).stdout.strip()
-    print(json.dumps({"bench": "engine_fairness", "git": sha, "model": args.model.name,
-                      "streams": args.streams, "long_tokens": args.long_tokens,
-                      "prefill_share": args.share, **result}))
+    result = asyncio.run(
+        measure(args.model, args.streams, args.long_tokens, args.share, args.baseline_tokens)
+    )
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    print(
+        json.dumps(
+            {
+                "bench": "engine_fairness",
+                "git": sha,
+                "model": args.model.name,
+                "streams": args.streams,
+                "long_tokens": args.long_tokens,
+                "prefill_share": args.share,
+                **result,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

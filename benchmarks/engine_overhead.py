@@ -28,10 +28,11 @@ def bare_round(model, tok, num_tokens: int) -> tuple[float, float]:
     import mlx.core as mx
     from mlx_lm.generate import generate_step
 
-    ids = tok.apply_chat_template([{"role": "user", "content": PROMPT}],
-                                  add_generation_prompt=True)
-    stamps = [(time.perf_counter(), time.process_time())
-              for _ in generate_step(mx.array(ids), model, max_tokens=num_tokens)]
+    ids = tok.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True)
+    stamps = [
+        (time.perf_counter(), time.process_time())
+        for _ in generate_step(mx.array(ids), model, max_tokens=num_tokens)
+    ]
     return _rates(stamps)
 
 
@@ -39,8 +40,12 @@ async def engine_round(pool, num_tokens: int, i: int) -> tuple[float, float]:
     from omlx.engine.api import ChatMessage, GenerationRequest, RequestId, SamplingParams, Token
 
     req = GenerationRequest(
-        request_id=RequestId(f"bench-{i}"), model="m", max_tokens=num_tokens,
-        messages=[ChatMessage("user", PROMPT)], sampling=SamplingParams(temperature=0))
+        request_id=RequestId(f"bench-{i}"),
+        model="m",
+        max_tokens=num_tokens,
+        messages=[ChatMessage("user", PROMPT)],
+        sampling=SamplingParams(temperature=0),
+    )
     stamps = []
     async for event in pool.generate(req):
         if isinstance(event, Token):
@@ -73,7 +78,8 @@ async def measure(model_dir: Path, num_tokens: int, rounds: int) -> dict[str, fl
         await pool.close()
     best_bare, best_engine = max(bare), max(engine)
     return {
-        "bare_mlx_lm_tps": round(best_bare[0], 2), "engine_tps": round(best_engine[0], 2),
+        "bare_mlx_lm_tps": round(best_bare[0], 2),
+        "engine_tps": round(best_engine[0], 2),
         "overhead_pct": round(100 * (1 - best_engine[0] / best_bare[0]), 1),
         "bare_cpu_ms_per_token": round(min(c for _, c in bare), 2),
         "engine_cpu_ms_per_token": round(min(c for _, c in engine), 2),
@@ -100,13 +106,23 @@ def main() -> None:
     import mlx.core as mx
 
     result = asyncio.run(measure(args.model, args.tokens, args.rounds))
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True).stdout.strip()
-    print(json.dumps({
-        "bench": "engine_overhead", "git": sha, "device": str(mx.default_device()),
-        "machine": platform.machine(), "model": args.model.name, "tokens": args.tokens,
-        "rounds": args.rounds, **result,
-    }))
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    print(
+        json.dumps(
+            {
+                "bench": "engine_overhead",
+                "git": sha,
+                "device": str(mx.default_device()),
+                "machine": platform.machine(),
+                "model": args.model.name,
+                "tokens": args.tokens,
+                "rounds": args.rounds,
+                **result,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -65,10 +65,12 @@ class AltPath(Protocol):
 
     name: str  # reported as Done.served_by
 
-    def wants(self, prompt: PreparedPrompt, sampling: SamplingParams, *,
-              num_running: int) -> bool: ...
+    def wants(
+        self, prompt: PreparedPrompt, sampling: SamplingParams, *, num_running: int
+    ) -> bool: ...
 
-    def open(self, model: Any, prompt_ids: list[int], sampling: SamplingParams,
-             max_tokens: int) -> Iterator[list[int]]:
+    def open(
+        self, model: Any, prompt_ids: list[int], sampling: SamplingParams, max_tokens: int
+    ) -> Iterator[list[int]]:
         """Yields the tokens each cycle commits; the engine checks EOS/stop/max_tokens."""
         ...

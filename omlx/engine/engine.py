@@ -35,20 +35,29 @@ from omlx.settings import EngineSettings
 class Engine:
     """An engine thread for one model plus its asyncio-facing handle."""
 
-    def __init__(self, name: str, path: Path, settings: EngineSettings, *,
-                 prefix_factory: Callable[[Any, Path], Any] | None = None,
-                 alt_path: AltPath | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        path: Path,
+        settings: EngineSettings,
+        *,
+        prefix_factory: Callable[[Any, Path], Any] | None = None,
+        alt_path: AltPath | None = None,
+    ) -> None:
         from omlx.engine.runner import EngineRunner  # imports MLX: only once an engine exists
 
         self.name = name
         self.settings = settings
         self.metrics = EngineMetrics(model=name)
-        self._runner = EngineRunner(name, path, settings, self.metrics,
-                                    prefix_factory=prefix_factory, alt_path=alt_path)
-        self._thread = threading.Thread(target=self._runner.run, name=f"omlx-engine-{name}",
-                                        daemon=True)
+        self._runner = EngineRunner(
+            name, path, settings, self.metrics, prefix_factory=prefix_factory, alt_path=alt_path
+        )
+        self._thread = threading.Thread(
+            target=self._runner.run, name=f"omlx-engine-{name}", daemon=True
+        )
         self._tokenize = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix=f"omlx-tokenize-{name}")
+            1, thread_name_prefix=f"omlx-tokenize-{name}"
+        )
         self._in_flight = 0
         self._closed = False
         self.spec: ModelSpec | None = None
@@ -74,9 +83,14 @@ class Engine:
         validate_request(request, vocab_size=self.spec.vocab_size)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._tokenize, lambda: prepare_prompt(
-                request, self._tokenizer, self.spec,
-                default_max_tokens=self.settings.default_max_tokens))
+            self._tokenize,
+            lambda: prepare_prompt(
+                request,
+                self._tokenizer,
+                self.spec,
+                default_max_tokens=self.settings.default_max_tokens,
+            ),
+        )
 
     async def count_tokens(self, request: GenerationRequest) -> int:
         return len((await self.prepare(request)).token_ids)
@@ -84,15 +98,23 @@ class Engine:
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         """Events of one request; OmlxErrors are raised before the first event."""
         if self._closed or self._in_flight >= self.capacity:
-            raise Overloaded(f"model {self.name!r} has {self._in_flight} requests in flight "
-                             f"(limit {self.capacity}); retry shortly", retry_after_s=1)
+            raise Overloaded(
+                f"model {self.name!r} has {self._in_flight} requests in flight "
+                f"(limit {self.capacity}); retry shortly",
+                retry_after_s=1,
+            )
         self._in_flight += 1
         submitted = finished = False
         try:
             prompt = await self.prepare(request)
             sink = EventSink(asyncio.get_running_loop(), asyncio.Queue())
-            self._runner.commands.put(Submit(Submission(
-                request.request_id, prompt, request.sampling, list(request.stop), sink)))
+            self._runner.commands.put(
+                Submit(
+                    Submission(
+                        request.request_id, prompt, request.sampling, list(request.stop), sink
+                    )
+                )
+            )
             submitted = True
             async for event in self._parsed(request.request_id, prompt, sink):
                 finished = isinstance(event, Done | Failed)
@@ -102,14 +124,18 @@ class Engine:
             if submitted and not finished:  # the consumer left: free the slot
                 self._runner.commands.put(Cancel(request.request_id))
 
-    async def _parsed(self, request_id: RequestId, prompt: PreparedPrompt, sink: EventSink
-                      ) -> AsyncIterator[GenerationEvent]:
+    async def _parsed(
+        self, request_id: RequestId, prompt: PreparedPrompt, sink: EventSink
+    ) -> AsyncIterator[GenerationEvent]:
         """Runs the reasoning/tool-call parser over the raw Token text."""
         assert self.spec is not None
         parser = make_parser(
-            chat_template=self.spec.chat_template, model_type=self.spec.model_type,
-            tools_enabled=prompt.tools_enabled, thinking=prompt.thinking,
-            prompt_ends_in_think=prompt.prompt_ends_in_think)
+            chat_template=self.spec.chat_template,
+            model_type=self.spec.model_type,
+            tools_enabled=prompt.tools_enabled,
+            thinking=prompt.thinking,
+            prompt_ends_in_think=prompt.prompt_ends_in_think,
+        )
         pending_ids: list[int] = []
         num_calls = 0
         while True:
@@ -119,16 +145,21 @@ class Engine:
                 pending_ids.extend(event.token_ids)
                 if d.content or d.reasoning or d.tool_calls or event.logprobs:
                     num_calls += len(d.tool_calls)
-                    yield Token(request_id, d.content, pending_ids, d.reasoning,
-                                list(d.tool_calls), event.logprobs)
+                    yield Token(
+                        request_id,
+                        d.content,
+                        pending_ids,
+                        d.reasoning,
+                        list(d.tool_calls),
+                        event.logprobs,
+                    )
                     pending_ids = []
                 continue
             if isinstance(event, Done):
                 d = parser.finish()
                 num_calls += len(d.tool_calls)
                 if d.content or d.reasoning or d.tool_calls or pending_ids:
-                    yield Token(request_id, d.content, pending_ids, d.reasoning,
-                                list(d.tool_calls))
+                    yield Token(request_id, d.content, pending_ids, d.reasoning, list(d.tool_calls))
                 yield _with_tool_calls(event, num_calls)
                 return
             yield event
@@ -157,9 +188,15 @@ class Engine:
 
 def _with_tool_calls(done: Done, num_calls: int) -> Done:
     if num_calls and done.finish_reason == FinishReason.STOP:
-        return Done(done.request_id, FinishReason.TOOL_CALLS, done.prompt_tokens,
-                    done.completion_tokens, done.cached_tokens, done.served_by,
-                    done.stop_sequence)
+        return Done(
+            done.request_id,
+            FinishReason.TOOL_CALLS,
+            done.prompt_tokens,
+            done.completion_tokens,
+            done.cached_tokens,
+            done.served_by,
+            done.stop_sequence,
+        )
     return done
 
 

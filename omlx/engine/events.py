@@ -25,7 +25,8 @@ class Outbox:
         if not self._items:
             return
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[EventSink, GenerationEvent]]] = (
-            defaultdict(list))
+            defaultdict(list)
+        )
         for sink, event in self._items:
             by_loop[sink.loop].append((sink, event))
         self._items = []

@@ -50,8 +50,9 @@ class EngineMetrics:
     cached_tokens_total: int = 0
     memory: dict[str, int] = field(default_factory=dict)
 
-    def started(self, request_id: str, prompt_tokens: int, cached_tokens: int,
-                served_by: str = "batch") -> None:
+    def started(
+        self, request_id: str, prompt_tokens: int, cached_tokens: int, served_by: str = "batch"
+    ) -> None:
         with self._lock:
             self._live[request_id] = _Live(prompt_tokens, time.monotonic(), served_by=served_by)
             self.requests_total += 1
@@ -64,8 +65,7 @@ class EngineMetrics:
             self.prompt_tokens_total += num_tokens
             self._prompt_events.append((time.monotonic(), num_tokens))
 
-    def generated(self, request_id: str, num_tokens: int, latency_s: float,
-                  is_first: bool) -> None:
+    def generated(self, request_id: str, num_tokens: int, latency_s: float, is_first: bool) -> None:
         with self._lock:
             live = self._live.get(request_id)
             if live is not None:
@@ -81,29 +81,38 @@ class EngineMetrics:
     def set_queued(self, queued: int) -> None:
         self.queued = queued  # a plain int store: atomic under the GIL
 
-    def snapshot(self, *, loaded: bool = True, pinned: bool = False,
-                 model_type: str = "llm") -> tuple[ModelStats, list[RunningRequest]]:
+    def snapshot(
+        self, *, loaded: bool = True, pinned: bool = False, model_type: str = "llm"
+    ) -> tuple[ModelStats, list[RunningRequest]]:
         now = time.monotonic()
         with self._lock:
             prompt_tps = _rate(self._prompt_events, now)
             gen_tps = _rate(self._gen_events, now)
             running = [
                 RunningRequest(
-                    request_id=rid, model=self.model, age_s=now - r.started_at,
-                    prompt_tokens=r.prompt_tokens, generated_tokens=r.generated_tokens,
+                    request_id=rid,
+                    model=self.model,
+                    age_s=now - r.started_at,
+                    prompt_tokens=r.prompt_tokens,
+                    generated_tokens=r.generated_tokens,
                     tokens_per_s=r.generated_tokens / max(now - r.started_at, 1e-6),
                     served_by=r.served_by,
                 )
                 for rid, r in self._live.items()
             ]
             stats = ModelStats(
-                model=self.model, type=model_type, loaded=loaded, pinned=pinned,
+                model=self.model,
+                type=model_type,
+                loaded=loaded,
+                pinned=pinned,
                 memory_bytes=self.memory.get("model_bytes", 0),
-                running=len(running), queued=self.queued,
+                running=len(running),
+                queued=self.queued,
                 requests_total=self.requests_total,
                 prompt_tokens_total=self.prompt_tokens_total,
                 generation_tokens_total=self.generation_tokens_total,
-                prompt_tps=prompt_tps, generation_tps=gen_tps,
+                prompt_tps=prompt_tps,
+                generation_tps=gen_tps,
                 ttft_ms=percentiles(list(self._ttft_ms)),
                 itl_ms=percentiles(list(self._itl_ms)),
                 cached_tokens_total=self.cached_tokens_total,

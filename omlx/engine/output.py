@@ -37,13 +37,22 @@ class PassThroughParser:
         return PlainDelta()
 
 
-def make_parser(*, chat_template: str | None, model_type: str | None, tools_enabled: bool,
-                thinking: bool | None, prompt_ends_in_think: bool) -> OutputParser:
+def make_parser(
+    *,
+    chat_template: str | None,
+    model_type: str | None,
+    tools_enabled: bool,
+    thinking: bool | None,
+    prompt_ends_in_think: bool,
+) -> OutputParser:
     try:
         from omlx.engine.parsers import make_output_parser
     except ImportError:
         return PassThroughParser()
     return make_output_parser(
-        chat_template=chat_template, model_type=model_type, tools_enabled=tools_enabled,
-        thinking=thinking, prompt_ends_in_think=prompt_ends_in_think,
+        chat_template=chat_template,
+        model_type=model_type,
+        tools_enabled=tools_enabled,
+        thinking=thinking,
+        prompt_ends_in_think=prompt_ends_in_think,
     )

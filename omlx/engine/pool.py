@@ -49,10 +49,16 @@ class Resolved:
 class ModelPool:
     """Implements omlx.engine.api.EnginePool over Engines."""
 
-    def __init__(self, settings: Settings, *, store: Resolver | None = None,
-                 models: Mapping[str, Path] | None = None, default_model: str | None = None,
-                 prefix_factory: Callable[[Any, Path], Any] | None = None,
-                 alt_paths: Mapping[str, AltPath] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: Resolver | None = None,
+        models: Mapping[str, Path] | None = None,
+        default_model: str | None = None,
+        prefix_factory: Callable[[Any, Path], Any] | None = None,
+        alt_paths: Mapping[str, AltPath] | None = None,
+    ) -> None:
         """
         Args:
             store: resolves names (a ModelStore); `models` maps extra names to folders.
@@ -85,7 +91,8 @@ class ModelPool:
         if found.type not in TEXT_TYPES:
             raise InvalidRequest(
                 f"model {found.name!r} is a {found.type} model; it cannot generate text",
-                param="model")
+                param="model",
+            )
         self._resolved[name] = found
         return found
 
@@ -94,8 +101,12 @@ class ModelPool:
             return Resolved(name, self._models[name])
         if self._store is not None:
             e = self._store.resolve(name)  # raises ModelNotFound
-            return Resolved(e.name, Path(e.path), str(getattr(e.type, "value", e.type)),
-                            getattr(e, "context_length", None))
+            return Resolved(
+                e.name,
+                Path(e.path),
+                str(getattr(e.type, "value", e.type)),
+                getattr(e, "context_length", None),
+            )
         path = Path(name).expanduser()
         if (path / "config.json").is_file():
             return Resolved(path.resolve().name, path.resolve())
@@ -113,9 +124,13 @@ class ModelPool:
         return await asyncio.shield(future)
 
     async def _start(self, resolved: Resolved, future: asyncio.Future[Engine]) -> None:
-        engine = Engine(resolved.name, resolved.path, self.settings.engine,
-                        prefix_factory=self._prefix_factory,
-                        alt_path=self._alt_paths.get(resolved.name))
+        engine = Engine(
+            resolved.name,
+            resolved.path,
+            self.settings.engine,
+            prefix_factory=self._prefix_factory,
+            alt_path=self._alt_paths.get(resolved.name),
+        )
         try:
             await engine.start()
         except Exception as e:
@@ -140,8 +155,11 @@ class ModelPool:
         return True
 
     def loaded_engines(self) -> list[Engine]:
-        return [f.result() for f in self._engines.values()
-                if f.done() and not f.cancelled() and f.exception() is None]
+        return [
+            f.result()
+            for f in self._engines.values()
+            if f.done() and not f.cancelled() and f.exception() is None
+        ]
 
     # -- EnginePool ------------------------------------------------------------------------
 
@@ -169,17 +187,23 @@ class ModelPool:
         for entry in self._store.list() if self._store is not None else []:
             e = loaded.get(entry.name)
             infos[entry.name] = ModelInfo(
-                id=entry.name, type=str(getattr(entry.type, "value", entry.type)),
-                loaded=e is not None, pinned=bool(getattr(entry, "pinned", False)),
+                id=entry.name,
+                type=str(getattr(entry.type, "value", entry.type)),
+                loaded=e is not None,
+                pinned=bool(getattr(entry, "pinned", False)),
                 context_length=getattr(entry, "context_length", None),
-                memory_bytes=e.metrics.memory.get("model_bytes", 0) if e else 0)
+                memory_bytes=e.metrics.memory.get("model_bytes", 0) if e else 0,
+            )
         for name in [*self._models, *loaded]:
             if name not in infos:
                 e = loaded.get(name)
                 infos[name] = ModelInfo(
-                    id=name, type="llm", loaded=e is not None,
+                    id=name,
+                    type="llm",
+                    loaded=e is not None,
                     context_length=e.spec.context_length if e and e.spec else None,
-                    memory_bytes=e.metrics.memory.get("model_bytes", 0) if e else 0)
+                    memory_bytes=e.metrics.memory.get("model_bytes", 0) if e else 0,
+                )
         return list(infos.values())
 
     def stats(self) -> StatsSnapshot:
@@ -193,13 +217,18 @@ class ModelPool:
             memory.mlx_peak_bytes = mem.get("mlx_peak_bytes", memory.mlx_peak_bytes)
             memory.mlx_cache_bytes = mem.get("mlx_cache_bytes", memory.mlx_cache_bytes)
         return StatsSnapshot(
-            time=time.time(), uptime_s=time.monotonic() - self._started_at,
+            time=time.time(),
+            uptime_s=time.monotonic() - self._started_at,
             version=omlx.__version__,
-            running=sum(m.running for m in models), queued=sum(m.queued for m in models),
+            running=sum(m.running for m in models),
+            queued=sum(m.queued for m in models),
             prompt_tps=sum(m.prompt_tps for m in models),
             generation_tps=sum(m.generation_tps for m in models),
             requests_total=sum(m.requests_total for m in models),
-            models=models, requests=requests, memory=memory)
+            models=models,
+            requests=requests,
+            memory=memory,
+        )
 
     async def close(self, grace_s: float = 5.0) -> None:
         engines = self.loaded_engines()

@@ -11,13 +11,15 @@ from typing import Any, Protocol
 
 
 class ModelPrefixCache(Protocol):
-    def fetch(self, tokens: Sequence[int], extra_keys: Sequence[Any] = ()
-              ) -> tuple[list[Any] | None, int]:
+    def fetch(
+        self, tokens: Sequence[int], extra_keys: Sequence[Any] = ()
+    ) -> tuple[list[Any] | None, int]:
         """Per-layer caches holding the longest cached prefix of tokens, and its length."""
         ...
 
-    def store(self, tokens: Sequence[int], prompt_cache: list[Any],
-              extra_keys: Sequence[Any] = ()) -> None:
+    def store(
+        self, tokens: Sequence[int], prompt_cache: list[Any], extra_keys: Sequence[Any] = ()
+    ) -> None:
         """Keep the KV of tokens (prompt + generated, all in prompt_cache) for later."""
         ...
 
@@ -25,10 +27,12 @@ class ModelPrefixCache(Protocol):
 class NoPrefixCache:
     """Caches nothing: every prompt is prefilled in full."""
 
-    def fetch(self, tokens: Sequence[int], extra_keys: Sequence[Any] = ()
-              ) -> tuple[list[Any] | None, int]:
+    def fetch(
+        self, tokens: Sequence[int], extra_keys: Sequence[Any] = ()
+    ) -> tuple[list[Any] | None, int]:
         return None, 0
 
-    def store(self, tokens: Sequence[int], prompt_cache: list[Any],
-              extra_keys: Sequence[Any] = ()) -> None:
+    def store(
+        self, tokens: Sequence[int], prompt_cache: list[Any], extra_keys: Sequence[Any] = ()
+    ) -> None:
         return None

@@ -10,7 +10,7 @@ import logging
 import queue
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,8 +19,6 @@ import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, StopSequences
 
 from omlx.engine.api import (
-    Done,
-    Failed,
     FinishReason,
     Progress,
     RequestId,
@@ -33,13 +31,13 @@ from omlx.engine.commands import (
     Call,
     Cancel,
     Command,
-    EventSink,
     Shutdown,
     Submission,
     Submit,
 )
 from omlx.engine.detokenize import TextStream
 from omlx.engine.events import Outbox
+from omlx.engine.live import Finished, Live, done_event, failed_event
 from omlx.engine.loading import LoadedModel, load_text_model
 from omlx.engine.metrics import EngineMetrics
 from omlx.engine.prefix import ModelPrefixCache, NoPrefixCache
@@ -57,34 +55,6 @@ PrefixFactory = Callable[[Any, Path], ModelPrefixCache]
 
 
 @dataclass(slots=True)
-class Live:
-    """One admitted request on the engine thread."""
-
-    sub: Submission
-    text: TextStream
-    cached_tokens: int
-    uid: int | None = None  # None when served by the alternative path
-    alt: Iterator[list[int]] | None = None
-    served_by: str = "batch"
-    prefilling: bool = True
-    snapshot_at: int | None = None  # prompt position where the prefix cache wants a store
-    num_generated: int = 0
-    last_token_at: float | None = None
-
-    @property
-    def request_id(self) -> RequestId:
-        return self.sub.request_id
-
-
-@dataclass(slots=True)
-class _Finished:
-    live: Live
-    reason: FinishReason
-    tokens: list[int] | None = None  # what the per-sequence cache holds, for the prefix cache
-    cache: list[Any] | None = None
-
-
-@dataclass(slots=True)
 class EngineRunner:
     name: str
     path: Path
@@ -94,7 +64,8 @@ class EngineRunner:
     alt_path: AltPath | None = None
     commands: queue.SimpleQueue[Command] = field(default_factory=queue.SimpleQueue)
     loaded: concurrent.futures.Future[LoadedModel] = field(
-        default_factory=concurrent.futures.Future)
+        default_factory=concurrent.futures.Future
+    )
     _lm: LoadedModel | None = None
     _gen: Any = None
     _prefix: ModelPrefixCache = field(default_factory=NoPrefixCache)
@@ -103,7 +74,7 @@ class EngineRunner:
     _live: dict[RequestId, Live] = field(default_factory=dict)
     _uids: UidMap = field(default_factory=UidMap)
     _outbox: Outbox = field(default_factory=Outbox)
-    _finished: list[_Finished] = field(default_factory=list)
+    _finished: list[Finished] = field(default_factory=list)
     _pacer: PrefillPacer | None = None
     _deadline: float | None = None  # set by Shutdown: cancel what still runs after it
     _memory_at: float = 0.0
@@ -181,8 +152,12 @@ class EngineRunner:
     def _handle(self, cmd: Command) -> None:
         if isinstance(cmd, Submit):
             if self._deadline is not None:
-                self._outbox.put(cmd.submission.sink, _failed(cmd.submission, Overloaded(
-                    f"model {self.name!r} is shutting down")))
+                self._outbox.put(
+                    cmd.submission.sink,
+                    failed_event(
+                        cmd.submission, Overloaded(f"model {self.name!r} is shutting down")
+                    ),
+                )
             else:
                 self._waiting.append(cmd.submission)
         elif isinstance(cmd, Cancel):
@@ -191,7 +166,7 @@ class EngineRunner:
             self._deadline = time.monotonic() + cmd.grace_s
             while self._waiting:
                 sub = self._waiting.popleft()
-                self._outbox.put(sub.sink, _done(sub, FinishReason.CANCELLED, 0, 0))
+                self._outbox.put(sub.sink, done_event(sub, FinishReason.CANCELLED, 0, 0))
         elif isinstance(cmd, Call):
             try:
                 cmd.future.set_result(cmd.fn())
@@ -202,7 +177,7 @@ class EngineRunner:
         for sub in self._waiting:
             if sub.request_id == request_id:
                 self._waiting.remove(sub)
-                self._outbox.put(sub.sink, _done(sub, FinishReason.CANCELLED, 0, 0))
+                self._outbox.put(sub.sink, done_event(sub, FinishReason.CANCELLED, 0, 0))
                 return
         live = self._live.pop(request_id, None)
         if live is None:
@@ -213,9 +188,16 @@ class EngineRunner:
         if live.alt is not None:
             live.alt.close()  # type: ignore[attr-defined]
         self.metrics.finished(request_id)
-        self._outbox.put(live.sub.sink, _done(live.sub, FinishReason.CANCELLED,
-                                              live.num_generated, live.cached_tokens,
-                                              live.served_by))
+        self._outbox.put(
+            live.sub.sink,
+            done_event(
+                live.sub,
+                FinishReason.CANCELLED,
+                live.num_generated,
+                live.cached_tokens,
+                live.served_by,
+            ),
+        )
 
     # -- phase 2: admit ----------------------------------------------------------------
 
@@ -226,7 +208,7 @@ class EngineRunner:
                 live = self._insert(sub)
             except Exception as e:
                 log.exception("admitting %s failed", sub.request_id)
-                self._outbox.put(sub.sink, _failed(sub, e))
+                self._outbox.put(sub.sink, failed_event(sub, e))
                 continue
             self._live[sub.request_id] = live
             n = len(sub.prompt.token_ids)
@@ -287,12 +269,16 @@ class EngineRunner:
         num_decoding = sum(not x.prefilling for x in lives)
         num_prefilling = min(len(lives) - num_decoding, self.settings.prefill_batch_size)
         self._gen.prefill_step_size = self._pacer.chunk_tokens(
-            num_decoding=num_decoding, num_prefilling=num_prefilling)
+            num_decoding=num_decoding, num_prefilling=num_prefilling
+        )
         t0 = time.perf_counter()
         with self._gen.stats() as st:
             prompt_responses, generation_responses = self._gen.next()
-        self._pacer.observe(step_s=time.perf_counter() - t0, num_decoding=num_decoding,
-                            prefill_tokens=st.prompt_tokens)
+        self._pacer.observe(
+            step_s=time.perf_counter() - t0,
+            num_decoding=num_decoding,
+            prefill_tokens=st.prompt_tokens,
+        )
         self.steps += 1
         if num_decoding and st.prompt_tokens:
             self.decode_steps_during_prefill += 1
@@ -304,12 +290,12 @@ class EngineRunner:
         assert live.alt is not None
         tokens = next(live.alt, None)
         if tokens is None:
-            self._finish(_Finished(live, FinishReason.STOP))
+            self._finish(Finished(live, FinishReason.STOP))
             return
         for token in tokens:
             reason = self._on_token(live, token, None, None)
             if reason is not None:
-                self._finish(_Finished(live, reason))
+                self._finish(Finished(live, reason))
                 return
 
     # -- phase 4: publish --------------------------------------------------------------
@@ -326,8 +312,9 @@ class EngineRunner:
             if r.end_of_segment and live.snapshot_at is not None:
                 self._store_snapshot(live, r.uid)
             done, total = r.progress
-            self._outbox.put(live.sub.sink, Progress(
-                rid, live.cached_tokens + done, live.cached_tokens + total))
+            self._outbox.put(
+                live.sub.sink, Progress(rid, live.cached_tokens + done, live.cached_tokens + total)
+            )
 
     def _store_snapshot(self, live: Live, uid: int) -> None:
         # Recurrent state exists only where prefill stopped: store it at the block boundary.
@@ -350,15 +337,16 @@ class EngineRunner:
             if reason is None:
                 continue
             if r.finish_reason is not None:  # the batch already dropped it
-                self._finish(_Finished(live, reason, r.all_tokens, r.prompt_cache))
+                self._finish(Finished(live, reason, r.all_tokens, r.prompt_cache))
             else:
                 uid = self._uids.uid(rid)  # type: ignore[arg-type]
                 got = self._gen.remove([uid], return_prompt_caches=True).get(uid)
                 cache, tokens = got if got else (None, None)
-                self._finish(_Finished(live, reason, tokens, cache))
+                self._finish(Finished(live, reason, tokens, cache))
 
-    def _on_token(self, live: Live, token: int, logprobs: Any, batch_reason: str | None
-                  ) -> FinishReason | None:
+    def _on_token(
+        self, live: Live, token: int, logprobs: Any, batch_reason: str | None
+    ) -> FinishReason | None:
         """Detokenize one token, apply stop rules, queue its Token event."""
         now = time.monotonic()
         sub = live.sub
@@ -376,8 +364,9 @@ class EngineRunner:
         if sub.sampling.logprobs and logprobs is not None:
             lps = [self._logprob(logprobs, token, sub.sampling.top_logprobs)]
         first = live.last_token_at is None
-        self.metrics.generated(sub.request_id, 1, now - (live.last_token_at or sub.submitted_at),
-                               is_first=first)
+        self.metrics.generated(
+            sub.request_id, 1, now - (live.last_token_at or sub.submitted_at), is_first=first
+        )
         live.last_token_at = now
         self._outbox.put(sub.sink, Token(sub.request_id, text, [token], logprobs=lps))
         return reason
@@ -387,14 +376,22 @@ class EngineRunner:
         chosen, top = token_logprobs(logprobs, token, top_n)
         return TokenLogprob(decode([token]), chosen, [(decode([t]), v) for t, v in top])
 
-    def _finish(self, fin: _Finished) -> None:
+    def _finish(self, fin: Finished) -> None:
         live = fin.live
         self._live.pop(live.request_id, None)
         self._uids.pop(live.request_id)
         self.metrics.finished(live.request_id)
-        self._outbox.put(live.sub.sink, _done(
-            live.sub, fin.reason, live.num_generated, live.cached_tokens, live.served_by,
-            live.text.matched_stop))
+        self._outbox.put(
+            live.sub.sink,
+            done_event(
+                live.sub,
+                fin.reason,
+                live.num_generated,
+                live.cached_tokens,
+                live.served_by,
+                live.text.matched_stop,
+            ),
+        )
         if fin.cache is not None and fin.tokens:
             self._finished.append(fin)
 
@@ -402,11 +399,15 @@ class EngineRunner:
         self._live.pop(live.request_id, None)
         self._uids.pop(live.request_id)
         self.metrics.finished(live.request_id)
-        self._outbox.put(live.sub.sink, _failed(live.sub, error))
+        self._outbox.put(live.sub.sink, failed_event(live.sub, error))
 
     def _fail_batch(self, error: Exception) -> None:
-        log.exception("engine step failed for model %s; failing %d requests",
-                      self.name, len(self._uids), exc_info=error)
+        log.exception(
+            "engine step failed for model %s; failing %d requests",
+            self.name,
+            len(self._uids),
+            exc_info=error,
+        )
         for rid in list(self._uids._by_uid.values()):
             self._fail(self._live[rid], error)
         self._gen.close()
@@ -434,14 +435,4 @@ class EngineRunner:
         )
 
 
-def _done(sub: Submission, reason: FinishReason, completion: int, cached: int,
-          served_by: str = "batch", stop_sequence: str | None = None) -> Done:
-    return Done(sub.request_id, reason, len(sub.prompt.token_ids), completion, cached,
-                served_by, stop_sequence)
-
-
-def _failed(sub: Submission, error: Exception) -> Failed:
-    return Failed(sub.request_id, error)
-
-
-__all__ = ["EngineRunner", "EventSink"]
+__all__ = ["EngineRunner"]

@@ -45,8 +45,7 @@ def make_sampler(params: SamplingParams, vocab_size: int) -> Sampler:
     return sample
 
 
-def make_logits_processors(params: SamplingParams, num_prompt_tokens: int
-                           ) -> list[LogitsProcessor]:
+def make_logits_processors(params: SamplingParams, num_prompt_tokens: int) -> list[LogitsProcessor]:
     """logit_bias, then the repetition (whole context), presence and frequency
     (generated tokens only, as OpenAI defines them) penalties."""
     procs: list[LogitsProcessor] = []
@@ -57,8 +56,9 @@ def make_logits_processors(params: SamplingParams, num_prompt_tokens: int
     if params.repetition_penalty != 1.0:
         procs.append(_repetition_penalty(params.repetition_penalty))
     if params.presence_penalty or params.frequency_penalty:
-        procs.append(_openai_penalties(params.presence_penalty, params.frequency_penalty,
-                                       num_prompt_tokens))
+        procs.append(
+            _openai_penalties(params.presence_penalty, params.frequency_penalty, num_prompt_tokens)
+        )
     return procs
 
 
@@ -85,14 +85,14 @@ def _openai_penalties(presence: float, frequency: float, num_prompt: int) -> Log
     return apply
 
 
-def token_logprobs(logprobs: mx.array, token: int, top_n: int
-                   ) -> tuple[float, list[tuple[int, float]]]:
+def token_logprobs(
+    logprobs: mx.array, token: int, top_n: int
+) -> tuple[float, list[tuple[int, float]]]:
     """The chosen token's log-prob and the top_n alternatives, as Python values."""
     chosen = logprobs[token].item()
     if top_n <= 0:
         return chosen, []
     top_ids = mx.argpartition(-logprobs, kth=top_n - 1)[:top_n]
     top_vals = logprobs[top_ids]
-    pairs = sorted(zip(top_ids.tolist(), top_vals.tolist(), strict=True),
-                   key=lambda p: -p[1])
+    pairs = sorted(zip(top_ids.tolist(), top_vals.tolist(), strict=True), key=lambda p: -p[1])
     return chosen, pairs

@@ -20,8 +20,14 @@ from omlx.errors import ContextTooLong, InvalidRequest
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 IMAGE_PARTS = {"image_url", "input_image", "image"}
-CONTEXT_KEYS = ("max_position_embeddings", "n_ctx", "max_seq_len", "seq_length",
-                "max_sequence_length", "n_positions")
+CONTEXT_KEYS = (
+    "max_position_embeddings",
+    "n_ctx",
+    "max_seq_len",
+    "seq_length",
+    "max_sequence_length",
+    "n_positions",
+)
 
 
 class ChatTokenizer(Protocol):
@@ -64,8 +70,9 @@ def context_length(config: dict[str, Any]) -> int | None:
     return None
 
 
-def normalize_messages(messages: list[ChatMessage], *, allow_images: bool = False
-                       ) -> list[dict[str, Any]]:
+def normalize_messages(
+    messages: list[ChatMessage], *, allow_images: bool = False
+) -> list[dict[str, Any]]:
     """ChatMessages → the dicts HF chat templates expect; bad input → InvalidRequest."""
     out = []
     for i, m in enumerate(messages):
@@ -121,10 +128,10 @@ def _template_tool_call(call: dict[str, Any]) -> dict[str, Any]:
     return {**call, "function": fn}
 
 
-def apply_tool_choice(tools: list[dict[str, Any]] | None, tool_choice: Any,
-                      messages: list[dict[str, Any]]
-                      ) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]]]:
-    """"none" drops the tools; "required" or a named function adds a system instruction."""
+def apply_tool_choice(
+    tools: list[dict[str, Any]] | None, tool_choice: Any, messages: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]]]:
+    """ "none" drops the tools; "required" or a named function adds a system instruction."""
     if not tools or tool_choice in (None, "auto"):
         return tools or None, messages
     if tool_choice == "none":
@@ -135,8 +142,9 @@ def apply_tool_choice(tools: list[dict[str, Any]] | None, tool_choice: Any,
         name = tool_choice["function"]["name"]
         tools = [t for t in tools if (t.get("function") or {}).get("name") == name]
         if not tools:
-            raise InvalidRequest(f"tool_choice names unknown function {name!r}",
-                                 param="tool_choice")
+            raise InvalidRequest(
+                f"tool_choice names unknown function {name!r}", param="tool_choice"
+            )
         note = f"You must call the function `{name}` in your reply."
     else:
         raise InvalidRequest(f"unsupported tool_choice {tool_choice!r}", param="tool_choice")
@@ -150,8 +158,9 @@ def _add_system_note(messages: list[dict[str, Any]], note: str) -> list[dict[str
     return [{"role": "system", "content": note}, *messages]
 
 
-def render_chat(request: GenerationRequest, tokenizer: ChatTokenizer, spec: ModelSpec
-                ) -> tuple[str, list[int], bool]:
+def render_chat(
+    request: GenerationRequest, tokenizer: ChatTokenizer, spec: ModelSpec
+) -> tuple[str, list[int], bool]:
     """Renders messages with the model's own template; returns (text, ids, tools_enabled)."""
     assert request.messages is not None
     if getattr(tokenizer, "chat_template", None) is None and spec.chat_template is None:
@@ -163,7 +172,9 @@ def render_chat(request: GenerationRequest, tokenizer: ChatTokenizer, spec: Mode
         kwargs["tools"] = tools
     try:
         text = tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=request.add_generation_prompt,
+            messages,
+            tokenize=False,
+            add_generation_prompt=request.add_generation_prompt,
             **kwargs,
         )
     except Exception as e:  # template errors are the request's fault (bad roles, order)
@@ -172,8 +183,13 @@ def render_chat(request: GenerationRequest, tokenizer: ChatTokenizer, spec: Mode
     return text, ids, bool(tools)
 
 
-def prepare_prompt(request: GenerationRequest, tokenizer: ChatTokenizer, spec: ModelSpec,
-                   *, default_max_tokens: int) -> PreparedPrompt:
+def prepare_prompt(
+    request: GenerationRequest,
+    tokenizer: ChatTokenizer,
+    spec: ModelSpec,
+    *,
+    default_max_tokens: int,
+) -> PreparedPrompt:
     """Token ids, the generation budget and the parser hints of one request."""
     text, tools_enabled = None, False
     if request.messages is not None:
@@ -195,15 +211,17 @@ def prepare_prompt(request: GenerationRequest, tokenizer: ChatTokenizer, spec: M
     )
 
 
-def fit_max_tokens(num_prompt: int, requested: int | None, spec: ModelSpec,
-                   default_max_tokens: int) -> int:
+def fit_max_tokens(
+    num_prompt: int, requested: int | None, spec: ModelSpec, default_max_tokens: int
+) -> int:
     ctx = spec.context_length
     if ctx is None:
         return requested or default_max_tokens
     if num_prompt >= ctx:
         raise ContextTooLong(
             f"This model's maximum context length is {ctx} tokens, but the prompt has "
-            f"{num_prompt} tokens. Shorten the prompt.", param="messages",
+            f"{num_prompt} tokens. Shorten the prompt.",
+            param="messages",
         )
     if requested is None:
         return min(default_max_tokens, ctx - num_prompt)
@@ -211,6 +229,7 @@ def fit_max_tokens(num_prompt: int, requested: int | None, spec: ModelSpec,
         raise ContextTooLong(
             f"This model's maximum context length is {ctx} tokens, but {num_prompt + requested}"
             f" tokens were requested ({num_prompt} in the prompt, {requested} for the "
-            "completion). Shorten the prompt or lower max_tokens.", param="max_tokens",
+            "completion). Shorten the prompt or lower max_tokens.",
+            param="max_tokens",
         )
     return requested

@@ -42,8 +42,11 @@ def _validate_sampling(request: GenerationRequest, vocab_size: int | None) -> No
         (s.repetition_penalty > 0, "repetition_penalty", "must be > 0"),
         (-2 <= s.presence_penalty <= 2, "presence_penalty", "must be in [-2, 2]"),
         (-2 <= s.frequency_penalty <= 2, "frequency_penalty", "must be in [-2, 2]"),
-        (0 <= s.top_logprobs <= MAX_TOP_LOGPROBS, "top_logprobs",
-         f"must be in [0, {MAX_TOP_LOGPROBS}]"),
+        (
+            0 <= s.top_logprobs <= MAX_TOP_LOGPROBS,
+            "top_logprobs",
+            f"must be in [0, {MAX_TOP_LOGPROBS}]",
+        ),
     ]
     for ok, name, rule in checks:
         if not ok:

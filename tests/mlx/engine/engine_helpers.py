@@ -54,13 +54,19 @@ class Result:
         return [e for e in self.events if isinstance(e, Progress)]
 
 
-def request(text: str = "hello", *, model: str = "tiny", max_tokens: int | None = 16,
-            **kw: Any) -> GenerationRequest:
+def request(
+    text: str = "hello", *, model: str = "tiny", max_tokens: int | None = 16, **kw: Any
+) -> GenerationRequest:
     sampling = kw.pop("sampling", SamplingParams(temperature=0.0))
     if not {"prompt_token_ids", "prompt", "messages"} & kw.keys():
         kw["messages"] = [ChatMessage("user", text)]
-    return GenerationRequest(request_id=RequestId(f"req-{next(_ids)}"), model=model,
-                             max_tokens=max_tokens, sampling=sampling, **kw)
+    return GenerationRequest(
+        request_id=RequestId(f"req-{next(_ids)}"),
+        model=model,
+        max_tokens=max_tokens,
+        sampling=sampling,
+        **kw,
+    )
 
 
 async def collect(pool: ModelPool, req: GenerationRequest) -> Result:
@@ -77,8 +83,9 @@ def make_pool(model_dir: Path, **engine: Any) -> ModelPool:
     return ModelPool(settings, models={"tiny": model_dir})
 
 
-def run_with_pool(model_dir: Path, body: Callable[[ModelPool], Coroutine[Any, Any, Any]],
-                  **engine: Any) -> Any:
+def run_with_pool(
+    model_dir: Path, body: Callable[[ModelPool], Coroutine[Any, Any, Any]], **engine: Any
+) -> Any:
     async def main() -> Any:
         pool = make_pool(model_dir, **engine)
         try:

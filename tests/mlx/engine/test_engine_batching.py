@@ -25,11 +25,14 @@ MIXED = [
 def test_greedy_inside_a_mixed_batch_of_8_equals_alone(tiny_dir):
     async def body(pool):
         alone = await collect(pool, request("tell me about the sea", max_tokens=24))
-        others = [request(f"prompt number {i} " * (i + 1), max_tokens=24, sampling=s)
-                  for i, s in enumerate(MIXED)]
+        others = [
+            request(f"prompt number {i} " * (i + 1), max_tokens=24, sampling=s)
+            for i, s in enumerate(MIXED)
+        ]
         target = request("tell me about the sea", max_tokens=24)
-        results = await asyncio.gather(*(collect(pool, r) for r in [*others[:4], target,
-                                                                      *others[4:]]))
+        results = await asyncio.gather(
+            *(collect(pool, r) for r in [*others[:4], target, *others[4:]])
+        )
         return alone, results[4], results
 
     alone, batched, results = run_with_pool(tiny_dir, body)
@@ -46,12 +49,17 @@ def test_seeded_sampling_is_reproducible_alone_and_batched(tiny_dir):
     async def body(pool):
         a = await collect(pool, request("roll the dice", sampling=seeded, max_tokens=20))
         b = await collect(pool, request("roll the dice", sampling=seeded, max_tokens=20))
-        c = await collect(pool, request("roll the dice", max_tokens=20,
-                                        sampling=SamplingParams(temperature=1.0, seed=99)))
+        c = await collect(
+            pool,
+            request(
+                "roll the dice", max_tokens=20, sampling=SamplingParams(temperature=1.0, seed=99)
+            ),
+        )
         others = [request(f"other {i}", sampling=s, max_tokens=20) for i, s in enumerate(MIXED)]
         batch = await asyncio.gather(
             collect(pool, request("roll the dice", sampling=seeded, max_tokens=20)),
-            *(collect(pool, r) for r in others))
+            *(collect(pool, r) for r in others),
+        )
         return a, b, c, batch[0]
 
     a, b, c, in_batch = run_with_pool(tiny_dir, body)
@@ -74,7 +82,7 @@ def test_stop_string_split_across_tokens_is_never_emitted(tiny_dir):
         # A stop string spanning the boundary between the 4th and 5th token's text.
         pieces = [e.text for e in free.events if getattr(e, "text", "")]
         boundary = len("".join(pieces[:4]))
-        stop = free.text[boundary - 2: boundary + 2]
+        stop = free.text[boundary - 2 : boundary + 2]
         assert len(stop) == 4
         stopped = await collect(pool, request("a story please", max_tokens=30, stop=[stop]))
         return free, stopped, stop
@@ -88,8 +96,9 @@ def test_stop_string_split_across_tokens_is_never_emitted(tiny_dir):
 
 def test_logprobs_are_reported_per_token(tiny_dir):
     params = SamplingParams(temperature=0.0, logprobs=True, top_logprobs=3)
-    result = run_with_pool(tiny_dir, lambda pool: collect(
-        pool, request("numbers", sampling=params, max_tokens=4)))
+    result = run_with_pool(
+        tiny_dir, lambda pool: collect(pool, request("numbers", sampling=params, max_tokens=4))
+    )
     lps = [lp for e in result.events for lp in (getattr(e, "logprobs", None) or [])]
     assert len(lps) == 4
     for lp in lps:

@@ -105,8 +105,9 @@ def test_concurrent_first_requests_load_once(tiny_dir, monkeypatch):
     monkeypatch.setattr(runner_module, "load_text_model", counting)
 
     async def body(pool):
-        return await asyncio.gather(*(collect(pool, request(f"hi {i}", max_tokens=2))
-                                      for i in range(4)))
+        return await asyncio.gather(
+            *(collect(pool, request(f"hi {i}", max_tokens=2)) for i in range(4))
+        )
 
     results = run_with_pool(tiny_dir, body)
     assert calls == ["tiny"]

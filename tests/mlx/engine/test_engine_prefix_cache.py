@@ -17,8 +17,11 @@ pytestmark = pytest.mark.timeout(180)
 def _run(model_dir, tmp_path, body):
     async def main():
         cache = PrefixCache(CacheSettings(block_size=4), cold_dir=tmp_path / "cold")
-        pool = ModelPool(Settings(engine=EngineSettings()), models={"tiny": model_dir},
-                         prefix_factory=cache.factory())
+        pool = ModelPool(
+            Settings(engine=EngineSettings()),
+            models={"tiny": model_dir},
+            prefix_factory=cache.factory(),
+        )
         try:
             return await asyncio.wait_for(body(pool), timeout=120)
         finally:
@@ -35,8 +38,7 @@ def test_cached_prefill_matches_cold(arch, tiny_model_dirs, tmp_path):
     async def body(pool):
         cold = await collect(pool, request(prompt_token_ids=prompt, max_tokens=12))
         warm = await collect(pool, request(prompt_token_ids=prompt, max_tokens=12))
-        longer = await collect(pool, request(prompt_token_ids=[*prompt, 7, 8, 9],
-                                             max_tokens=6))
+        longer = await collect(pool, request(prompt_token_ids=[*prompt, 7, 8, 9], max_tokens=6))
         return cold, warm, longer
 
     cold, warm, longer = _run(tiny_model_dirs[arch], tmp_path, body)

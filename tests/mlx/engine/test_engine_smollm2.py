@@ -12,10 +12,17 @@ pytestmark = [pytest.mark.realmodel, pytest.mark.timeout(300)]
 
 def test_smollm2_says_paris(smollm2_dir):
     async def body(pool):
-        return await collect(pool, request(
-            max_tokens=12, sampling=SamplingParams(temperature=0.0),
-            messages=[ChatMessage("system", "You are a helpful assistant."),
-                      ChatMessage("user", "What is the capital of France?")]))
+        return await collect(
+            pool,
+            request(
+                max_tokens=12,
+                sampling=SamplingParams(temperature=0.0),
+                messages=[
+                    ChatMessage("system", "You are a helpful assistant."),
+                    ChatMessage("user", "What is the capital of France?"),
+                ],
+            ),
+        )
 
     result = run_with_pool(smollm2_dir, body)
     assert "Paris" in result.text

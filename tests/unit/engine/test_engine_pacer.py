@@ -36,8 +36,7 @@ def test_share_one_means_prefill_first():
 
 
 def test_chunk_is_split_between_prefilling_sequences():
-    pacer = PrefillPacer(share=0.5, max_chunk_tokens=10_000, decode_s=0.01,
-                         prefill_token_s=0.0001)
+    pacer = PrefillPacer(share=0.5, max_chunk_tokens=10_000, decode_s=0.01, prefill_token_s=0.0001)
     one = pacer.chunk_tokens(num_decoding=1, num_prefilling=1)
     four = pacer.chunk_tokens(num_decoding=1, num_prefilling=4)
     assert one == 100

@@ -23,12 +23,16 @@ TOOLS = [{"type": "function", "function": {"name": n, "parameters": {}}} for n i
 
 
 def test_multipart_text_is_joined_and_developer_is_system():
-    msgs = normalize_messages([
-        ChatMessage("developer", "be brief"),
-        ChatMessage("user", [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]),
-    ])
-    assert msgs == [{"role": "system", "content": "be brief"},
-                    {"role": "user", "content": "one\ntwo"}]
+    msgs = normalize_messages(
+        [
+            ChatMessage("developer", "be brief"),
+            ChatMessage("user", [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]),
+        ]
+    )
+    assert msgs == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "one\ntwo"},
+    ]
 
 
 def test_images_rejected_for_text_models():
@@ -51,8 +55,13 @@ def test_assistant_tool_call_arguments_become_dicts():
 
 @pytest.mark.parametrize(
     ("choice", "num_tools", "note"),
-    [(None, 2, None), ("auto", 2, None), ("none", 0, None),
-     ("required", 2, "must call one"), ({"type": "function", "function": {"name": "b"}}, 1, "`b`")],
+    [
+        (None, 2, None),
+        ("auto", 2, None),
+        ("none", 0, None),
+        ("required", 2, "must call one"),
+        ({"type": "function", "function": {"name": "b"}}, 1, "`b`"),
+    ],
 )
 def test_tool_choice(choice, num_tools, note):
     tools, msgs = apply_tool_choice(TOOLS, choice, [{"role": "user", "content": "hi"}])
@@ -101,10 +110,14 @@ def _req(**kw):
 
 
 def test_prepare_prompt_reports_thinking_and_tools():
-    req = _req(messages=[ChatMessage("user", "hi")], tools=TOOLS,
-               chat_template_kwargs={"enable_thinking": True})
-    p = prepare_prompt(req, FakeTokenizer(), ModelSpec("m", context_length=1000),
-                       default_max_tokens=50)
+    req = _req(
+        messages=[ChatMessage("user", "hi")],
+        tools=TOOLS,
+        chat_template_kwargs={"enable_thinking": True},
+    )
+    p = prepare_prompt(
+        req, FakeTokenizer(), ModelSpec("m", context_length=1000), default_max_tokens=50
+    )
     assert p.tools_enabled and p.thinking is True and p.prompt_ends_in_think
     assert p.max_tokens == 50
     assert len(p.token_ids) == len(p.text)
@@ -112,12 +125,14 @@ def test_prepare_prompt_reports_thinking_and_tools():
 
 @pytest.mark.parametrize(
     ("kw", "param"),
-    [({"max_tokens": 0}, "max_tokens"),
-     ({"sampling": SamplingParams(temperature=-1)}, "temperature"),
-     ({"sampling": SamplingParams(top_p=0)}, "top_p"),
-     ({"sampling": SamplingParams(top_logprobs=50)}, "top_logprobs"),
-     ({"sampling": SamplingParams(logit_bias={999: 1.0})}, "logit_bias"),
-     ({"sampling": SamplingParams(logit_bias={1: 500.0})}, "logit_bias")],
+    [
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"sampling": SamplingParams(temperature=-1)}, "temperature"),
+        ({"sampling": SamplingParams(top_p=0)}, "top_p"),
+        ({"sampling": SamplingParams(top_logprobs=50)}, "top_logprobs"),
+        ({"sampling": SamplingParams(logit_bias={999: 1.0})}, "logit_bias"),
+        ({"sampling": SamplingParams(logit_bias={1: 500.0})}, "logit_bias"),
+    ],
 )
 def test_validation_names_the_field(kw, param):
     with pytest.raises(InvalidRequest) as e:
@@ -131,9 +146,11 @@ def test_prompt_token_ids_outside_vocab():
 
 
 def test_pure_modules_import_without_mlx():
-    code = ("import sys; sys.modules['mlx'] = None; sys.modules['mlx_lm'] = None\n"
-            "import omlx.engine.templating, omlx.engine.validation, omlx.engine.scheduling\n"
-            "import omlx.engine.stop_strings, omlx.engine.detokenize, omlx.engine.metrics\n"
-            "import omlx.engine.output, omlx.engine.prefix, omlx.engine.events\n"
-            "import omlx.engine.engine, omlx.engine.pool\n")
+    code = (
+        "import sys; sys.modules['mlx'] = None; sys.modules['mlx_lm'] = None\n"
+        "import omlx.engine.templating, omlx.engine.validation, omlx.engine.scheduling\n"
+        "import omlx.engine.stop_strings, omlx.engine.detokenize, omlx.engine.metrics\n"
+        "import omlx.engine.output, omlx.engine.prefix, omlx.engine.events\n"
+        "import omlx.engine.engine, omlx.engine.pool\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,62 @@
+"""What the engine thread keeps per admitted request, and its final events (pure Python)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from omlx.engine.api import Done, Failed, FinishReason, RequestId
+from omlx.engine.commands import Submission
+from omlx.engine.detokenize import TextStream
+
+
+@dataclass(slots=True)
+class Live:
+    """One admitted request on the engine thread."""
+
+    sub: Submission
+    text: TextStream
+    cached_tokens: int
+    uid: int | None = None  # None when served by the alternative path
+    alt: Iterator[list[int]] | None = None
+    served_by: str = "batch"
+    prefilling: bool = True
+    snapshot_at: int | None = None  # prompt position where the prefix cache wants a store
+    num_generated: int = 0
+    last_token_at: float | None = None
+
+    @property
+    def request_id(self) -> RequestId:
+        return self.sub.request_id
+
+
+@dataclass(slots=True)
+class Finished:
+    live: Live
+    reason: FinishReason
+    tokens: list[int] | None = None  # what the per-sequence cache holds, for the prefix cache
+    cache: list[Any] | None = None
+
+
+def done_event(
+    sub: Submission,
+    reason: FinishReason,
+    completion: int,
+    cached: int,
+    served_by: str = "batch",
+    stop_sequence: str | None = None,
+) -> Done:
+    return Done(
+        sub.request_id,
+        reason,
+        len(sub.prompt.token_ids),
+        completion,
+        cached,
+        served_by,
+        stop_sequence,
+    )
+
+
+def failed_event(sub: Submission, error: Exception) -> Failed:
+    return Failed(sub.request_id, error)
