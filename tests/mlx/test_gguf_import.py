@@ -142,6 +142,18 @@ def test_tiny_float_import_reproduces_the_hf_model(tmp_path: Path) -> None:
     ]
 
 
+def test_tiny_qwen3_import_keeps_rotary_rows_and_qk_norms(tmp_path: Path) -> None:
+    weights = hf_weights(seed=5, qk_norm=True)
+    src = write_tiny_llama_gguf(tmp_path / "qwen3.gguf", weights, arch="qwen3")
+    out = import_gguf(src, tmp_path / "qwen3", dtype="float32")
+    assert json.loads((out / "config.json").read_text())["model_type"] == "qwen3"
+    model, tokenizer = load(str(out))
+    ids = tokenizer.encode("hello")
+    np.testing.assert_allclose(
+        np.array(model(mx.array([ids]))), np.array(_reference_logits(out, weights, ids)), atol=1e-4
+    )
+
+
 def test_tiny_keep_import_stays_4bit_and_matches_dequantized_weights(tmp_path: Path) -> None:
     weights = hf_weights(seed=3)
     src = write_tiny_llama_gguf(tmp_path / "tiny-q4.gguf", weights, qtype=Q.Q4_0)

@@ -94,9 +94,18 @@ def _gemma3(model: GGUFModel) -> dict[str, Any]:
     return config
 
 
+def _qwen3(model: GGUFModel) -> dict[str, Any]:
+    config = _common(model)
+    config.update(model_type="qwen3", architectures=["Qwen3ForCausalLM"])
+    config["rope_scaling"] = _rope_scaling(model)
+    return config
+
+
 ARCHS: dict[str, ArchSpec] = {
     "llama": ArchSpec(build=_llama, permutes_qk=True, norm_offset=0.0),
     "gemma3": ArchSpec(build=_gemma3, permutes_qk=False, norm_offset=1.0),
+    # llama.cpp keeps Qwen's rotate-half layout (NEOX rope), so nothing to un-permute.
+    "qwen3": ArchSpec(build=_qwen3, permutes_qk=False, norm_offset=0.0),
 }
 
 
