@@ -1,0 +1,55 @@
+"""The alternative-path seam (DFlash): a per-model generator that serves single requests."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+
+from omlx.engine.api import FinishReason
+from omlx.engine.pool import ModelPool
+from omlx.settings import Settings
+from tests.mlx.engine.engine_helpers import collect, request
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class ScriptedPath:
+    """Commits tokens 3 per cycle from a fixed script; wants requests when nothing else runs."""
+
+    name = "scripted"
+
+    def __init__(self) -> None:
+        self.opened = 0
+
+    def wants(self, prompt, sampling, *, num_running):
+        return num_running == 0 and sampling.is_greedy
+
+    def open(self, model, prompt_ids, sampling, max_tokens):
+        self.opened += 1
+        script = itertools.cycle([1000, 2000, 3000, 4000])
+
+        def cycles():
+            while True:
+                yield [next(script) for _ in range(3)]
+
+        return cycles()
+
+
+def test_single_requests_go_to_the_alternative_path(tiny_dir):
+    path = ScriptedPath()
+
+    async def main():
+        pool = ModelPool(Settings(), models={"tiny": tiny_dir}, alt_paths={"tiny": path})
+        try:
+            return await collect(pool, request(max_tokens=7))
+        finally:
+            await pool.close(grace_s=0)
+
+    result = asyncio.run(main())
+    assert path.opened == 1
+    assert result.done.served_by == "scripted"
+    assert result.done.finish_reason == FinishReason.LENGTH
+    assert result.token_ids == [1000, 2000, 3000, 4000, 1000, 2000, 3000]
+    assert result.done.completion_tokens == 7
