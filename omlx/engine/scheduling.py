@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 from omlx.engine.api import RequestId
 
-# Below this many tokens per sequence a prefill chunk is mostly call overhead.
-MIN_CHUNK_TOKENS = 4
+# Unmeasured, a step prefills this little: the first steps measure what prefill costs.
+FIRST_CHUNK_TOKENS = 1
 _EMA = 0.3  # weight of the newest sample in the running estimates
 
 
@@ -19,24 +19,33 @@ class PrefillPacer:
     prefill chunk. Modelled as `step_s = decode_s + prefill_token_s * tokens`,
     both estimated from measured wall time (robust to MLX's async pipelining,
     which moves decode work into whichever call evaluates next). With nothing
-    decoding, prefill gets the largest chunk.
+    decoding, prefill gets the largest chunk. When the budget is under one token
+    per step (a compute-bound CPU, where a prompt token costs about what a
+    decoding stream's token does), it accumulates: some steps prefill nothing.
     """
 
     share: float
     max_chunk_tokens: int
-    min_chunk_tokens: int = MIN_CHUNK_TOKENS
     decode_s: float | None = None
     prefill_token_s: float | None = None
+    credit_tokens: float = 0.0  # prefill budget carried over from earlier steps
 
     def chunk_tokens(self, *, num_decoding: int, num_prefilling: int) -> int:
-        """Prompt tokens per prefilling sequence for the next step."""
+        """Prompt tokens per prefilling sequence for the next step (0: decode only)."""
         if num_decoding == 0 or self.share >= 1.0:
+            self.credit_tokens = 0.0
             return self.max_chunk_tokens
         if self.decode_s is None or self.prefill_token_s is None:
-            return self.min_chunk_tokens  # measure before spending decode time
+            return FIRST_CHUNK_TOKENS  # measure before spending decode time
         budget_s = self.decode_s * self.share / (1.0 - self.share)
         per_seq = budget_s / (self.prefill_token_s * max(num_prefilling, 1))
-        return int(min(self.max_chunk_tokens, max(self.min_chunk_tokens, per_seq)))
+        if per_seq >= 1.0:
+            self.credit_tokens = 0.0
+            return int(min(self.max_chunk_tokens, per_seq))
+        self.credit_tokens += per_seq
+        whole = int(self.credit_tokens)
+        self.credit_tokens -= whole
+        return whole
 
     def observe(self, *, step_s: float, num_decoding: int, prefill_tokens: int) -> None:
         """Record one step's wall time and what it did."""

@@ -12,7 +12,7 @@ def test_no_decoding_streams_get_the_largest_chunk():
 
 def test_unmeasured_start_is_conservative():
     pacer = PrefillPacer(share=0.3, max_chunk_tokens=512)
-    assert pacer.chunk_tokens(num_decoding=3, num_prefilling=1) == pacer.min_chunk_tokens
+    assert pacer.chunk_tokens(num_decoding=3, num_prefilling=1) == 1
 
 
 def test_chunk_converges_to_the_share():
@@ -51,3 +51,13 @@ def test_uid_map_round_trip():
     assert m.pop("r1") == 7
     assert m.request(7) is None
     assert len(m) == 0
+
+
+def test_budget_under_one_token_accumulates_across_steps():
+    # Compute-bound: a prompt token costs as much as a decode step of 4 streams / 4.
+    pacer = PrefillPacer(share=0.3, max_chunk_tokens=512, decode_s=0.4, prefill_token_s=0.4)
+    chunks = [pacer.chunk_tokens(num_decoding=4, num_prefilling=1) for _ in range(70)]
+    assert set(chunks) == {0, 1}
+    prefill_s = sum(chunks) * 0.4
+    kept = (70 * 0.4) / (70 * 0.4 + prefill_s)  # decode speed kept by the running streams
+    assert 0.69 <= kept <= 0.72
