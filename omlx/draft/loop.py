@@ -105,7 +105,7 @@ class DFlashRun:
             stop=params.stop,
             decode=generator.decode,
         )
-        self._tokens = generator._cycles(prompt, params, self.stats, self.stop)
+        self._tokens = self._emit(generator.commits(prompt, params, self.stats))
 
     @property
     def finish_reason(self) -> str | None:
@@ -120,6 +120,20 @@ class DFlashRun:
 
     def __next__(self) -> int:
         return next(self._tokens)
+
+    def _emit(self, commits: Iterator[list[int]]) -> Iterator[int]:
+        start = time.perf_counter()
+        for tokens in commits:
+            for token in tokens:
+                if self.stop.accept(token):
+                    self.stats.generated_tokens = len(self.stop.tokens)
+                    yield token
+                if self.stop.done:
+                    break
+            if self.stop.done:
+                break
+        commits.close()
+        self.stats.total_s = time.perf_counter() - start
 
     def run(self) -> list[int]:
         """Consume the whole run; the emitted tokens."""
@@ -172,36 +186,36 @@ class DFlashGenerator:
             mx.eval(logits[:, -1], hidden, [c.state for c in cache])
         return logits[0, -1], mx.concatenate(hiddens, axis=1)
 
-    def _cycles(
-        self, prompt: list[int], params: DFlashParams, stats: DFlashStats, stop: StopCondition
-    ) -> Iterator[int]:
+    def commits(
+        self, prompt: Sequence[int], params: DFlashParams, stats: DFlashStats | None = None
+    ) -> Iterator[list[int]]:
+        """The tokens each step commits: [prefill's token], then every cycle's accepted
+        drafts plus its bonus token; never more than `params.max_tokens` in all.
+
+        EOS and stop strings are the caller's to check (DFlashRun does; so does the engine).
+        """
+        stats = stats or DFlashStats(draft_block_size=self.drafter.draft_block_size)
         start = time.perf_counter()
         mask = self._suppress_mask(params)
         cache = self.target.make_cache()
         self.drafter.start()
-        last_logits, context = self._prefill(prompt, cache)
+        last_logits, context = self._prefill(list(prompt), cache)
         token = int(sample_with_temperature(last_logits, params.temperature, mask).item())
         stats.prefill_s = time.perf_counter() - start
         committed = [*prompt, token]
-        if stop.accept(token):
-            stats.generated_tokens += 1
-            yield token
-        while not stop.done:
+        num_emitted = 1
+        yield [token]
+        while num_emitted < params.max_tokens:
             # Never verify more drafts than tokens the request may still emit.
-            max_drafts = min(self.drafter.draft_block_size - 1, stop.remaining - 1)
+            max_drafts = min(self.drafter.draft_block_size - 1, params.max_tokens - num_emitted - 1)
             new_tokens, context = self._cycle(
                 committed, context, cache, params, mask, stats, max_drafts
             )
             stats.acceptance_lengths.append(len(new_tokens))
-            for token in new_tokens:
-                committed.append(token)
-                if stop.accept(token):
-                    stats.generated_tokens += 1
-                    yield token
-                if stop.done:
-                    break
+            committed += new_tokens
+            num_emitted += len(new_tokens)
             stats.total_s = time.perf_counter() - start
-        stats.total_s = time.perf_counter() - start
+            yield new_tokens
 
     def _cycle(
         self,

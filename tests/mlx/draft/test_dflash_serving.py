@@ -1,0 +1,70 @@
+"""DFlash behind the engine's alternative-path seam: same tokens, reported path."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from mlx_lm import load
+
+from omlx.draft.random_init import draft_config_for, random_draft, save_draft
+from omlx.draft.serving import DFlashPath
+from omlx.engine.api import SamplingParams
+from omlx.engine.pool import ModelPool
+from omlx.settings import Settings
+from tests.mlx.engine.engine_helpers import collect, request
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module", params=["tiny_qwen3_dir", "tiny_hybrid_dir"])
+def model_and_draft(request, tmp_path_factory):
+    model_dir = request.getfixturevalue(request.param)
+    target, _ = load(str(model_dir))
+    draft_dir = tmp_path_factory.mktemp("draft")
+    save_draft(random_draft(draft_config_for(target), seed=5), draft_dir)
+    return model_dir, draft_dir
+
+
+def _run(model_dir, alt_paths, *requests):
+    async def main():
+        pool = ModelPool(Settings(), models={"tiny": model_dir}, alt_paths=alt_paths)
+        try:
+            return await asyncio.gather(*(collect(pool, r) for r in requests))
+        finally:
+            await pool.close(grace_s=0)
+
+    return asyncio.run(main())
+
+
+def test_dflash_served_request_equals_batched(model_and_draft):
+    model_dir, draft_dir = model_and_draft
+    path = DFlashPath(draft_dir)
+    [plain] = _run(model_dir, None, request("tell me a story", max_tokens=24))
+    [fast] = _run(model_dir, {"tiny": path}, request("tell me a story", max_tokens=24))
+    assert fast.done.served_by == "dflash"
+    assert plain.done.served_by == "batch"
+    assert fast.token_ids == plain.token_ids
+    assert fast.text == plain.text
+    assert fast.done.finish_reason == plain.done.finish_reason
+    [stats] = path.recent_stats
+    assert stats.num_cycles >= 1 and stats.acceptance_length >= 1.0
+
+
+def test_unsupported_sampling_and_long_prompts_use_the_batch(model_and_draft):
+    model_dir, draft_dir = model_and_draft
+    path = DFlashPath(draft_dir, max_context_tokens=40)
+    top_p = request("hi", sampling=SamplingParams(temperature=0.7, top_p=0.9), max_tokens=4)
+    long = request("word " * 60, max_tokens=4)
+    results = _run(model_dir, {"tiny": path}, top_p)
+    results += _run(model_dir, {"tiny": path}, long)
+    assert [r.done.served_by for r in results] == ["batch", "batch"]
+
+
+def test_concurrent_requests_take_one_dflash_slot_at_most(model_and_draft):
+    model_dir, draft_dir = model_and_draft
+    path = DFlashPath(draft_dir)
+    results = _run(model_dir, {"tiny": path}, *(request(f"q{i}", max_tokens=8) for i in range(3)))
+    served = [r.done.served_by for r in results]
+    assert served.count("dflash") <= 1
+    assert all(r.done.completion_tokens == 8 for r in results)
