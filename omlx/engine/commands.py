@@ -29,6 +29,7 @@ class Submission:
     stop: list[str]
     sink: EventSink
     submitted_at: float = field(default_factory=time.monotonic)
+    thinking_budget_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,13 +108,15 @@ class Engine:
         try:
             prompt = await self.prepare(request)
             sink = EventSink(asyncio.get_running_loop(), asyncio.Queue())
-            self._runner.commands.put(
-                Submit(
-                    Submission(
-                        request.request_id, prompt, request.sampling, list(request.stop), sink
-                    )
-                )
+            submission = Submission(
+                request.request_id,
+                prompt,
+                request.sampling,
+                list(request.stop),
+                sink,
+                thinking_budget_tokens=request.thinking_budget_tokens,
             )
+            self._runner.commands.put(Submit(submission))
             submitted = True
             async for event in self._parsed(request.request_id, prompt, sink):
                 finished = isinstance(event, Done | Failed)

@@ -9,6 +9,7 @@ from typing import Any
 from omlx.engine.api import Done, Failed, FinishReason, RequestId
 from omlx.engine.commands import Submission
 from omlx.engine.detokenize import TextStream
+from omlx.engine.thinking import ThinkBudget
 
 
 @dataclass(slots=True)
@@ -25,6 +26,7 @@ class Live:
     snapshot_at: int | None = None  # prompt position where the prefix cache wants a store
     num_generated: int = 0
     last_token_at: float | None = None
+    think: ThinkBudget | None = None
 
     @property
     def request_id(self) -> RequestId:

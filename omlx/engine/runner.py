@@ -41,8 +41,14 @@ from omlx.engine.live import Finished, Live, done_event, failed_event
 from omlx.engine.loading import LoadedModel, load_text_model
 from omlx.engine.metrics import EngineMetrics
 from omlx.engine.prefix import ModelPrefixCache, NoPrefixCache
-from omlx.engine.sampling import make_logits_processors, make_sampler, token_logprobs
+from omlx.engine.sampling import (
+    forcing_processor,
+    make_logits_processors,
+    make_sampler,
+    token_logprobs,
+)
 from omlx.engine.scheduling import PrefillPacer, UidMap
+from omlx.engine.thinking import make_think_budget
 from omlx.errors import Overloaded
 from omlx.settings import EngineSettings
 
@@ -229,17 +235,23 @@ class EngineRunner:
             caches, num_cached = None, 0
         segments, snapshot_at = self._segments(ids, num_cached)
         vocab = self._lm.spec.vocab_size or len(self._lm.tokenizer)
+        processors = make_logits_processors(params, len(ids))
+        think = make_think_budget(
+            self._lm.tokenizer, sub.thinking_budget_tokens, sub.prompt.prompt_ends_in_think
+        )
+        if think is not None:
+            processors.append(forcing_processor(think.next_forced))
         [uid] = self._gen.insert_segments(
             [segments],
             max_tokens=[sub.prompt.max_tokens],
             caches=[caches],
             all_tokens=[list(ids[:num_cached])],
             samplers=[make_sampler(params, vocab)],
-            logits_processors=[make_logits_processors(params, len(ids))],
+            logits_processors=[processors],
             stop_sequences=[self._eos_stops],
         )
         self._uids.add(uid, sub.request_id)
-        return Live(sub, text, num_cached, uid=uid, snapshot_at=snapshot_at)
+        return Live(sub, text, num_cached, uid=uid, snapshot_at=snapshot_at, think=think)
 
     def _segments(self, ids: list[int], num_cached: int) -> tuple[list[list[int]], int | None]:
         """Split the prompt where the prefix cache wants a recurrent-state snapshot."""
@@ -351,6 +363,8 @@ class EngineRunner:
         now = time.monotonic()
         sub = live.sub
         live.num_generated += 1
+        if live.think is not None:
+            live.think.observe(token)
         is_eos = token in self._lm.eos_token_ids  # type: ignore[union-attr]
         text = "" if is_eos else live.text.add(token)
         reason = None

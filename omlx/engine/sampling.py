@@ -85,6 +85,19 @@ def _openai_penalties(presence: float, frequency: float, num_prompt: int) -> Log
     return apply
 
 
+def forcing_processor(next_forced: Callable[[], int | None]) -> LogitsProcessor:
+    """Forces the token next_forced() returns (when not None) by masking all others."""
+
+    def apply(_tokens: mx.array, logits: mx.array) -> mx.array:
+        token = next_forced()
+        if token is None:
+            return logits
+        keep = mx.arange(logits.shape[-1]) == token
+        return mx.where(keep, logits, mx.array(-float("inf"), logits.dtype))
+
+    return apply
+
+
 def token_logprobs(
     logprobs: mx.array, token: int, top_n: int
 ) -> tuple[float, list[tuple[int, float]]]:

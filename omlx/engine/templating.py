@@ -54,7 +54,7 @@ class ModelSpec:
 class PreparedPrompt:
     token_ids: list[int]
     max_tokens: int
-    text: str | None = None  # the rendered chat prompt, when there was one
+    text: str | None = None  # the rendered chat prompt or the completion prompt
     tools_enabled: bool = False
     thinking: bool | None = None
     prompt_ends_in_think: bool = False
@@ -195,7 +195,7 @@ def prepare_prompt(
     if request.messages is not None:
         text, ids, tools_enabled = render_chat(request, tokenizer, spec)
     elif request.prompt is not None:
-        ids = tokenizer.encode(request.prompt)
+        text, ids = request.prompt, tokenizer.encode(request.prompt)
     else:
         ids = list(request.prompt_token_ids or [])
     if not ids:

@@ -150,7 +150,7 @@ def test_pure_modules_import_without_mlx():
         "import sys; sys.modules['mlx'] = None; sys.modules['mlx_lm'] = None\n"
         "import omlx.engine.templating, omlx.engine.validation, omlx.engine.scheduling\n"
         "import omlx.engine.stop_strings, omlx.engine.detokenize, omlx.engine.metrics\n"
-        "import omlx.engine.output, omlx.engine.prefix, omlx.engine.events\n"
+        "import omlx.engine.output, omlx.engine.prefix, omlx.engine.events, omlx.engine.thinking\n"
         "import omlx.engine.engine, omlx.engine.pool\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
