@@ -32,6 +32,24 @@ class Live:
     def request_id(self) -> RequestId:
         return self.sub.request_id
 
+    def advance(
+        self, token: int, eos_ids: frozenset[int], batch_reason: str | None
+    ) -> tuple[str, FinishReason | None]:
+        """One generated token: its emittable text and why the request ends, if it does."""
+        self.num_generated += 1
+        if self.think is not None:
+            self.think.observe(token)
+        is_eos = token in eos_ids
+        text = "" if is_eos else self.text.add(token)
+        reason = None
+        if self.text.stopped or is_eos:
+            reason = FinishReason.STOP
+        elif batch_reason == "length" or self.num_generated >= self.sub.prompt.max_tokens:
+            reason = FinishReason.LENGTH
+        if reason is not None and not self.text.stopped:
+            text += self.text.finish()  # the held-back text was not a stop string after all
+        return text, reason
+
 
 @dataclass(slots=True)
 class Finished:

@@ -362,18 +362,7 @@ class EngineRunner:
         """Detokenize one token, apply stop rules, queue its Token event."""
         now = time.monotonic()
         sub = live.sub
-        live.num_generated += 1
-        if live.think is not None:
-            live.think.observe(token)
-        is_eos = token in self._lm.eos_token_ids  # type: ignore[union-attr]
-        text = "" if is_eos else live.text.add(token)
-        reason = None
-        if live.text.stopped or is_eos:
-            reason = FinishReason.STOP
-        elif batch_reason == "length" or live.num_generated >= sub.prompt.max_tokens:
-            reason = FinishReason.LENGTH
-        if reason is not None and not live.text.stopped:
-            text += live.text.finish()
+        text, reason = live.advance(token, self._lm.eos_token_ids, batch_reason)  # type: ignore[union-attr]
         lps = None
         if sub.sampling.logprobs and logprobs is not None:
             lps = [self._logprob(logprobs, token, sub.sampling.top_logprobs)]
