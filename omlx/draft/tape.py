@@ -1,12 +1,14 @@
 """Tape replay for hybrid recurrent layers (Qwen3.5's GatedDeltaNet).
 
 A verify pass runs the recurrence over the whole draft block. When only n of its tokens
-are committed, the layer's state must be the state after n steps. Instead of keeping a
-state per step (MBs each) or recomputing, verify records an innovation tape: per step
-the decay g_t, the key k_t and the delta d_t, so that S_t = S_{t-1} * g_t + k_t ⊗ d_t.
-Rollback restores the pre-verify state and replays only the n committed steps with the
-same elementwise expression, which reproduces the verify trajectory bit for bit. The
-conv state is a window over [pre-verify conv state ; block inputs], so it is re-sliced.
+are committed, the layer's state must be the state after n steps. Keeping a state per
+step costs MBs per layer and recomputing the layer costs its projections, so verify
+records a tape of the recurrence's per-step inputs (q, k, v, decay g, beta: the outputs
+of the projections and the conv) and the state it started from. Rollback restores that
+state and replays only the n committed steps through the same recurrence function mlx-lm
+uses (ops, or the Metal kernel), so the replayed state equals the verify trajectory's
+state bit for bit. The conv state is a window over [pre-verify conv state ; block
+inputs], so it is re-sliced, not recomputed.
 """
 
 from __future__ import annotations
@@ -16,8 +18,23 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.gated_delta import compute_g, normalize_qk
+from mlx_lm.models.gated_delta import (
+    compute_g,
+    gated_delta_kernel,
+    gated_delta_ops,
+    normalize_qk,
+)
 from mlx_lm.models.qwen3_5 import GatedDeltaNet
+
+
+def _recurrence(
+    q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array
+) -> tuple[mx.array, mx.array]:
+    """The gated delta rule, dispatched as mlx-lm's `gated_delta_update` dispatches it."""
+    dk = k.shape[-1]
+    if mx.default_device() == mx.gpu and mx.metal.is_available() and dk >= 32 and dk % 32 == 0:
+        return gated_delta_kernel(q, k, v, g, beta, state)
+    return gated_delta_ops(q, k, v, g, beta, state)
 
 
 @dataclass(slots=True)
@@ -27,49 +44,21 @@ class GatedDeltaTape:
     cache: Any  # the layer's ArraysCache
     state0: mx.array  # recurrent state before verify, [B, Hv, Dv, Dk]
     conv_input: mx.array  # [B, K - 1 + T, conv_dim]
-    gs: mx.array  # [B, T, Hv]
-    ks: mx.array  # [B, T, Hv, Dk], keys repeated to the value heads
-    deltas: mx.array  # [B, T, Hv, Dv]
+    steps: tuple[mx.array, ...]  # q, k, v, g, beta over the T block steps
 
     @property
     def num_steps(self) -> int:
-        return self.gs.shape[1]
+        return self.steps[0].shape[1]
 
     def replay(self, num_keep: int) -> None:
         """Set the layer's cache to its state after the first `num_keep` block steps."""
         if num_keep >= self.num_steps:
             return  # the cache already holds the state after every step
-        state = self.state0
-        for t in range(num_keep):
-            state = _step_state(state, self.gs[:, t], self.ks[:, t], self.deltas[:, t])
+        kept = [x[:, :num_keep] for x in self.steps]
+        _, state = _recurrence(*kept, self.state0) if num_keep else (None, self.state0)
         kernel_keep = self.conv_input.shape[1] - self.num_steps
         self.cache[0] = mx.contiguous(self.conv_input[:, num_keep : num_keep + kernel_keep])
         self.cache[1] = state
-
-
-def _step_state(state: mx.array, g: mx.array, k: mx.array, delta: mx.array) -> mx.array:
-    # The one expression both verify and replay use, so replay is bit-exact.
-    return state * g[..., None, None] + k[..., None, :] * delta[..., None]
-
-
-def _recurrence(
-    q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array
-) -> tuple[mx.array, mx.array, mx.array]:
-    """The gated delta rule over T steps (scalar gating), also returning the deltas."""
-    repeat = v.shape[2] // q.shape[2]
-    if repeat > 1:
-        q = mx.repeat(q, repeat, -2)
-        k = mx.repeat(k, repeat, -2)
-    ys, deltas = [], []
-    for t in range(q.shape[1]):
-        k_t = k[:, t]
-        decayed = state * g[:, t][..., None, None]
-        kv_mem = (decayed * k_t[..., None, :]).sum(axis=-1)
-        delta = (v[:, t] - kv_mem) * beta[:, t][..., None]
-        state = _step_state(state, g[:, t], k_t, delta)
-        ys.append((state * q[:, t][..., None, :]).sum(axis=-1).astype(q.dtype))
-        deltas.append(delta)
-    return mx.stack(ys, axis=1), state, (k, mx.stack(deltas, axis=1))
 
 
 class TapeGatedDeltaNet(nn.Module):
@@ -114,10 +103,10 @@ class TapeGatedDeltaNet(nn.Module):
             )
         ]
         q, k = normalize_qk(q, k, inv_scale=net.head_k_dim**-0.5, eps=1e-6)
-        out, state, (ks, deltas) = _recurrence(q, k, v, g, beta, state0)
+        out, state = _recurrence(q, k, v, g, beta, state0)
         cache[1] = state
         cache.advance(s)
-        self._tapes.append(GatedDeltaTape(cache, state0, conv_input, g, ks, deltas))
+        self._tapes.append(GatedDeltaTape(cache, state0, conv_input, (q, k, v, g, beta)))
         out = net.norm(out, z)
         return net.out_proj(out.reshape(b, s, -1))
 
