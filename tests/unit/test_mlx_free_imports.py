@@ -1,0 +1,121 @@
+"""Every pure-Python module imports with MLX made unimportable (STYLE.md 2.9).
+
+One subprocess per package group: `sys.modules[name] = None` for mlx, mlx_lm, mlx_vlm and
+mlx_embeddings, then each module is imported on its own so a failure names the module and
+the error. Packages that are pure as a whole (server, tui, loadgen, schemas, parsers) are
+discovered from the file tree, so a new module is covered without editing this list; in
+omlx.cache only the documented KV-array modules may need MLX. The static twin of this test
+is the "never import MLX" contracts in pyproject.toml (tests/unit/test_import_contracts.py),
+which also sees function-level imports.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BLOCKED = ("mlx", "mlx_lm", "mlx_vlm", "mlx_embeddings")
+
+# The cache's documented MLX modules: KV slicing/rebuild (kv_blocks) and the per-model view
+# that runs on the engine thread (model_cache). Everything else in omlx.cache is pure.
+CACHE_MLX_MODULES = {"omlx.cache.kv_blocks", "omlx.cache.model_cache"}
+
+ENGINE_PURE = [
+    "omlx.engine.api",
+    "omlx.engine.templating",
+    "omlx.engine.scheduling",
+    "omlx.engine.stop_strings",
+    "omlx.engine.validation",
+    "omlx.engine.model_store",
+    "omlx.engine.model_types",
+]
+DRAFT_PURE = ["omlx.draft.accept", "omlx.draft.config", "omlx.draft.stats", "omlx.draft.stopping"]
+LEAVES = ["omlx.settings", "omlx.errors"]
+
+
+def modules_under(package: str) -> list[str]:
+    """Dotted names of a package and every module below it, read from the file tree."""
+    base = ROOT.joinpath(*package.split("."))
+    names = []
+    for path in sorted(base.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        names.append(".".join(parts))
+    return names
+
+
+GROUPS: dict[str, list[str]] = {
+    "cache": [m for m in modules_under("omlx.cache") if m not in CACHE_MLX_MODULES],
+    "engine": modules_under("omlx.engine.parsers") + ENGINE_PURE,
+    "draft": DRAFT_PURE,
+    "server": modules_under("omlx.server"),
+    "tui": modules_under("omlx.tui"),
+    "loadgen": modules_under("omlx.loadgen"),
+    "leaves": modules_under("omlx.schemas") + LEAVES,
+}
+
+PROBE = """
+import importlib, json, sys
+for name in {blocked!r}:
+    sys.modules[name] = None
+failures = {{}}
+for module in sys.argv[1:]:
+    try:
+        importlib.import_module(module)
+    except Exception as exc:
+        failures[module] = f"{{type(exc).__name__}}: {{exc}}"
+loaded = sorted(
+    m for m, mod in sys.modules.items()
+    if mod is not None and m.split(".")[0] in {blocked!r}
+)
+print(json.dumps({{"failures": failures, "loaded": loaded}}))
+"""
+
+
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_group_imports_without_mlx(group: str) -> None:
+    modules = GROUPS[group]
+    assert modules, f"no modules found for {group}"
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE.format(blocked=BLOCKED), *modules],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["failures"] == {}, "modules that need MLX to import: " + json.dumps(
+        report["failures"], indent=2
+    )
+    assert report["loaded"] == []
+
+
+def test_discovery_sees_the_packages() -> None:
+    # Guards the file-tree walk: a wrong ROOT would silently make every group tiny.
+    assert "omlx.server.app" in GROUPS["server"]
+    assert "omlx.cache.chain_hash" in GROUPS["cache"]
+    assert "omlx.engine.parsers.factory" in GROUPS["engine"]
+    assert "omlx.schemas.stats" in GROUPS["leaves"]
+    assert not CACHE_MLX_MODULES & set(GROUPS["cache"])
+
+
+def test_probe_catches_a_module_that_needs_mlx() -> None:
+    # The probe must fail on an MLX module, else the green result above means nothing.
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE.format(blocked=BLOCKED), "omlx.cache.kv_blocks"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "omlx.cache.kv_blocks" in report["failures"]
