@@ -28,7 +28,7 @@ from omlx.engine.metrics import EngineMetrics
 from omlx.engine.output import make_parser
 from omlx.engine.templating import ModelSpec, PreparedPrompt, prepare_prompt
 from omlx.engine.validation import validate_request
-from omlx.errors import Overloaded
+from omlx.errors import OmlxError, Overloaded
 from omlx.settings import EngineSettings
 
 
@@ -97,6 +97,8 @@ class Engine:
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         """Events of one request; OmlxErrors are raised before the first event."""
+        if not self._thread.is_alive() and not self._closed:
+            raise OmlxError(f"the engine of model {self.name!r} stopped; see the server log")
         if self._closed or self._in_flight >= self.capacity:
             raise Overloaded(
                 f"model {self.name!r} has {self._in_flight} requests in flight "

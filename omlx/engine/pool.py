@@ -22,7 +22,7 @@ from omlx.engine.api import GenerationEvent, GenerationRequest, ModelInfo, Reque
 from omlx.engine.commands import AltPath
 from omlx.engine.engine import Engine
 from omlx.errors import InvalidRequest, ModelNotFound
-from omlx.schemas.stats import MemoryStats, StatsSnapshot
+from omlx.schemas.stats import CacheStats, MemoryStats, StatsSnapshot
 from omlx.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ class ModelPool:
         default_model: str | None = None,
         prefix_factory: Callable[[Any, Path], Any] | None = None,
         alt_paths: Mapping[str, AltPath] | None = None,
+        cache_stats: Callable[[], CacheStats] | None = None,
     ) -> None:
         """
         Args:
@@ -66,6 +67,7 @@ class ModelPool:
                 (the lead wires `ensure_default_model` here).
             prefix_factory: `(model, path) -> ModelPrefixCache`, called on the engine thread.
             alt_paths: model name -> alternative generator (DFlash).
+            cache_stats: the prefix cache's `stats` (PrefixCache.stats), for stats().
         """
         self.settings = settings
         self._store = store
@@ -73,6 +75,7 @@ class ModelPool:
         self._default = settings.engine.default_model or default_model or ""
         self._prefix_factory = prefix_factory
         self._alt_paths = dict(alt_paths or {})
+        self._cache_stats = cache_stats
         self._engines: dict[str, asyncio.Future[Engine]] = {}
         self._resolved: dict[str, Resolved] = {}
         self._loading: dict[str, asyncio.Future[None]] = {}  # keeps load tasks referenced
@@ -228,6 +231,7 @@ class ModelPool:
             models=models,
             requests=requests,
             memory=memory,
+            cache=self._cache_stats() if self._cache_stats is not None else CacheStats(),
         )
 
     async def close(self, grace_s: float = 5.0) -> None:

@@ -49,7 +49,7 @@ from omlx.engine.sampling import (
 )
 from omlx.engine.scheduling import PrefillPacer, UidMap
 from omlx.engine.thinking import make_think_budget
-from omlx.errors import Overloaded
+from omlx.errors import OmlxError, Overloaded
 from omlx.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -96,14 +96,28 @@ class EngineRunner:
             self.loaded.set_exception(e)
             return
         self.loaded.set_result(self._lm)  # type: ignore[arg-type]
-        while not self._should_exit():
-            self._drain_commands()
-            self._admit()
-            self._step()
-            self._outbox.flush()
-            self._store_finished()
-            self._refresh_memory()
-        self._teardown()
+        try:
+            while not self._should_exit():
+                self._drain_commands()
+                self._admit()
+                self._step()
+                self._outbox.flush()
+                self._store_finished()
+                self._refresh_memory()
+        except Exception:
+            log.exception("engine thread of model %s crashed", self.name)
+            raise
+        finally:  # never leave a consumer waiting on a dead thread
+            self._fail_all(OmlxError(f"the engine of model {self.name!r} stopped"))
+            self._teardown()
+
+    def _fail_all(self, error: Exception) -> None:
+        while self._waiting:
+            sub = self._waiting.popleft()
+            self._outbox.put(sub.sink, failed_event(sub, error))
+        for live in list(self._live.values()):
+            self._fail(live, error)
+        self._outbox.flush()
 
     def _setup(self) -> None:
         self._lm = load_text_model(self.name, self.path)

@@ -154,3 +154,24 @@ def test_chunked_prefill_keeps_running_streams_decoding(tiny_dir):
     assert mixed_steps >= 6
     assert progress >= 6
     assert min(counts) >= 6
+
+
+def test_a_failing_step_fails_its_requests_and_the_engine_goes_on(tiny_dir, monkeypatch):
+    real = runner_module.EngineRunner._batch_step
+    calls = []
+
+    def flaky(self):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("simulated MLX failure")
+        return real(self)
+
+    monkeypatch.setattr(runner_module.EngineRunner, "_batch_step", flaky)
+
+    async def body(pool):
+        with pytest.raises(RuntimeError, match="simulated"):
+            await collect(pool, request("first", max_tokens=8))
+        return await collect(pool, request("second", max_tokens=3))
+
+    result = run_with_pool(tiny_dir, body)
+    assert result.done.completion_tokens == 3
