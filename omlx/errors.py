@@ -54,3 +54,9 @@ class DraftMismatch(InvalidRequest):
     """A DFlash draft checkpoint does not fit its target (hidden size, vocabulary, layers)."""
 
     code = "draft_mismatch"
+
+
+class ModelTooLarge(InvalidRequest):
+    """A model bigger than the whole memory budget: no retry can help, unlike Overloaded."""
+
+    code = "model_too_large"
