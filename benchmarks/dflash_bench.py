@@ -37,6 +37,17 @@ SHAPES = {  # Qwen3 dense shapes; "tiny" runs anywhere in seconds
                      num_attention_heads=32, num_key_value_heads=8, head_dim=128,
                      vocab_size=151936),
 }
+HYBRID_SHAPES = {  # qwen3_5 (GatedDeltaNet + attention every 4th layer); not a release's shape
+    "hybrid-tiny": dict(hidden_size=64, num_hidden_layers=4, intermediate_size=128,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                        vocab_size=512, linear_num_value_heads=4, linear_num_key_heads=2,
+                        linear_key_head_dim=32, linear_value_head_dim=32),
+    "hybrid-2k": dict(hidden_size=2048, num_hidden_layers=24, intermediate_size=6144,
+                      num_attention_heads=16, num_key_value_heads=2, head_dim=256,
+                      vocab_size=151936, linear_num_value_heads=32, linear_num_key_heads=16,
+                      linear_key_head_dim=128, linear_value_head_dim=128),
+}
+SHAPES.update(HYBRID_SHAPES)
 
 
 class SimulatedDrafter:
@@ -61,6 +72,16 @@ class SimulatedDrafter:
 
 
 def build_target(shape: str, dtype: mx.Dtype):
+    if shape in HYBRID_SHAPES:
+        qwen3_5 = importlib.import_module("mlx_lm.models.qwen3_5")
+        text = dict(HYBRID_SHAPES[shape], model_type="qwen3_5_text", full_attention_interval=4,
+                    linear_conv_kernel_dim=4, tie_word_embeddings=False)
+        mx.random.seed(0)
+        model = qwen3_5.Model(qwen3_5.ModelArgs.from_dict({"model_type": "qwen3_5",
+                                                           "text_config": text}))
+        model.set_dtype(dtype)
+        mx.eval(model.parameters())
+        return model
     qwen3 = importlib.import_module("mlx_lm.models.qwen3")
     args = dict(SHAPES[shape], model_type="qwen3", rms_norm_eps=1e-6, rope_theta=1e6,
                 max_position_embeddings=40960, tie_word_embeddings=False)

@@ -229,16 +229,20 @@ class DFlashGenerator:
     ) -> tuple[list[int], mx.array]:
         """One DRAFT → VERIFY → ACCEPT → ROLLBACK cycle: the committed tokens."""
         t0 = time.perf_counter()
-        draft_ids: list[int] = []
+        block = mx.array([committed[-1]], dtype=mx.uint32)
         draft_probs = None
         if max_drafts > 0:
             draft_logits = self.drafter.propose(committed, context)[:max_drafts]
-            draft_ids, draft_probs = self._draft_tokens(draft_logits, params, mask)
+            draft, draft_probs = self._draft_tokens(draft_logits, params, mask)
+            mx.async_eval(draft)
+            block = mx.concatenate([block, draft])
+        # The verify graph is built while the device still drafts; the ids reach the
+        # host only for the accept rule, never on the way from draft to verify.
+        logits, hidden, tapes = self.target.forward(block[None], cache, record_tape=True)
+        draft_ids: list[int] = block[1:].tolist()
         t1 = time.perf_counter()
         stats.draft_s += t1 - t0
 
-        block = [committed[-1], *draft_ids]
-        logits, hidden, tapes = self.target.forward(mx.array(block)[None], cache, record_tape=True)
         if params.is_greedy:
             target_ids = sample_with_temperature(logits[0], 0.0, mask).tolist()
             num_kept = accept_length(draft_ids, target_ids)
@@ -249,7 +253,7 @@ class DFlashGenerator:
         t2 = time.perf_counter()
         stats.verify_s += t2 - t1
 
-        self.target.rollback(cache, tapes, num_kept + 1, len(block))
+        self.target.rollback(cache, tapes, num_kept + 1, len(draft_ids) + 1)
         context = hidden[:, : num_kept + 1]
         mx.eval(context)
         stats.rollback_s += time.perf_counter() - t2
@@ -258,10 +262,10 @@ class DFlashGenerator:
     @staticmethod
     def _draft_tokens(
         draft_logits: mx.array, params: DFlashParams, mask: mx.array | None
-    ) -> tuple[list[int], mx.array | None]:
-        """The drafted ids and, when they were sampled, the distributions behind them."""
+    ) -> tuple[mx.array, mx.array | None]:
+        """The drafted ids (uint32) and, when sampled, the distributions behind them."""
         if params.is_greedy or params.draft_by_argmax:
-            return sample_with_temperature(draft_logits, 0.0, mask).tolist(), None
+            return sample_with_temperature(draft_logits, 0.0, mask), None
         draft_probs = probabilities(draft_logits, params.temperature, mask)
-        draft_ids = mx.random.categorical(mx.log(draft_probs)).tolist()
-        return draft_ids, draft_probs
+        draft = mx.random.categorical(mx.log(draft_probs)).astype(mx.uint32)
+        return draft, draft_probs
