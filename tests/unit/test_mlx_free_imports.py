@@ -11,7 +11,9 @@ which also sees function-level imports.
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +62,23 @@ GROUPS: dict[str, list[str]] = {
     "leaves": modules_under("omlx.schemas") + LEAVES,
 }
 
+# A module whose docstring says it is pure Python or MLX-free is held to it.
+CLAIM = re.compile(r"pure[- ]python|no mlx|without mlx|mlx[- ]free", re.IGNORECASE)
+
+
+def modules_claiming_purity() -> list[str]:
+    claimed = []
+    for module in modules_under("omlx"):
+        path = ROOT.joinpath(*module.split("."))
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        if CLAIM.search(doc):
+            claimed.append(module)
+    return claimed
+
+
+GROUPS["declared"] = modules_claiming_purity()
+
 PROBE = """
 import importlib, json, sys
 for name in {blocked!r}:
@@ -105,6 +124,7 @@ def test_discovery_sees_the_packages() -> None:
     assert "omlx.engine.parsers.factory" in GROUPS["engine"]
     assert "omlx.schemas.stats" in GROUPS["leaves"]
     assert not CACHE_MLX_MODULES & set(GROUPS["cache"])
+    assert {"omlx.engine.detokenize", "omlx.draft.accept"} <= set(GROUPS["declared"])
 
 
 def test_probe_catches_a_module_that_needs_mlx() -> None:
