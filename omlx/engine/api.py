@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, NewType, Protocol
 
+from omlx.schemas.cache import CacheReport
 from omlx.schemas.stats import StatsSnapshot
 
 RequestId = NewType("RequestId", str)
@@ -175,3 +176,13 @@ class EnginePool(Protocol):
     def stats(self) -> StatsSnapshot: ...
 
     async def close(self) -> None: ...
+
+
+class CacheAdmin(Protocol):
+    """What the server needs from the tiered KV cache (omlx.cache.PrefixCache)."""
+
+    def report(self) -> CacheReport: ...
+
+    def clear(self, model_fingerprint: str | None = None, tier: str = "all") -> int: ...
+
+    def close(self, spill: bool = True) -> None: ...

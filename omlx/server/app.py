@@ -9,12 +9,13 @@ from litestar import Litestar
 from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 
-from omlx.engine.api import EnginePool
+from omlx.engine.api import CacheAdmin, EnginePool
 from omlx.server.auth import make_api_key_guard
 from omlx.server.errors import exception_handler
 from omlx.server.request_log import RequestLogMiddleware
 from omlx.server.routes import (
     anthropic,
+    cache,
     health,
     models,
     openai_chat,
@@ -32,8 +33,13 @@ def create_app(
     close_pool_on_shutdown: bool = False,
     stats_interval_s: float = 1.0,
     extra_routes: Sequence[Any] = (),
+    kv_cache: CacheAdmin | None = None,
 ) -> Litestar:
-    """Build the app around `pool`; `close_pool_on_shutdown` when the app owns the pool."""
+    """Build the app around `pool`; `close_pool_on_shutdown` when the app owns the pool.
+
+    `kv_cache` (the tiered prefix cache the pool's engines use) gets the /api/cache routes
+    and is closed after the pool, so blocks stored by finishing requests reach the disk.
+    """
     route_handlers: list[Any] = [
         *health.ROUTES,
         *models.ROUTES,
@@ -42,17 +48,23 @@ def create_app(
         *stats.ROUTES,
         *anthropic.ROUTES,
         *responses.ROUTES,
+        *cache.ROUTES,
         *extra_routes,
     ]
 
     async def close_pool() -> None:
         if close_pool_on_shutdown:
             await pool.close()
+            if kv_cache is not None:
+                kv_cache.close()
 
     server = settings.server
     return Litestar(
         route_handlers=route_handlers,
-        state=State({"pool": pool, "settings": settings, "stats_interval_s": stats_interval_s}),
+        state=State(
+            {"pool": pool, "settings": settings, "stats_interval_s": stats_interval_s,
+             "cache": kv_cache}
+        ),
         guards=[make_api_key_guard(server.api_key)],
         middleware=[RequestLogMiddleware],
         exception_handlers={Exception: exception_handler},

@@ -113,8 +113,13 @@ def run_server(settings: Settings) -> None:
     settings = msgspec.structs.replace(
         settings, engine=msgspec.structs.replace(settings.engine, default_model=default)
     )
-    pool = ModelPool(settings, store=store, default_model=default)
-    app = create_app(pool, settings, close_pool_on_shutdown=True)
+    kv_cache = _prefix_cache(settings)
+    pool = ModelPool(
+        settings, store=store, default_model=default,
+        prefix_factory=kv_cache.factory() if kv_cache else None,
+        cache_stats=kv_cache.stats if kv_cache else None,
+    )  # fmt: skip
+    app = create_app(pool, settings, close_pool_on_shutdown=True, kv_cache=kv_cache)
     console.print(
         f"omlx serving at http://{settings.server.host}:{settings.server.port} "
         f"(default model: {default}; Ctrl-C stops)",
@@ -125,6 +130,15 @@ def run_server(settings: Settings) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _exit_cleanly)
     uvicorn.Server(uvicorn_config(app, settings)).run()
+
+
+def _prefix_cache(settings: Settings) -> Any:
+    """The tiered KV cache shared by every model, or None when it is switched off."""
+    if not settings.cache.enabled:
+        return None
+    from omlx.cache.prefix_cache import PrefixCache
+
+    return PrefixCache(settings.cache)
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:

@@ -1,0 +1,47 @@
+"""GET /api/cache/stats (per-model cache report) and POST /api/cache/clear."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, get, post
+
+from omlx.engine.api import CacheAdmin
+from omlx.errors import InvalidRequest, ModelNotFound
+from omlx.schemas.cache import CacheReport
+
+TIERS = ("hot", "cold", "all")
+
+
+def cache_of(request: Request[Any, Any, Any]) -> CacheAdmin:
+    cache = request.app.state.get("cache")
+    if cache is None:
+        raise InvalidRequest("the KV cache is not enabled on this server")
+    return cache
+
+
+@get("/api/cache/stats")
+async def cache_stats(request: Request[Any, Any, Any]) -> CacheReport:
+    return cache_of(request).report()
+
+
+@post("/api/cache/clear", status_code=200)
+async def cache_clear(
+    request: Request[Any, Any, Any], tier: str = "all", model: str | None = None
+) -> int:
+    """Drop blocks of one tier (or all), of one model (name or fingerprint prefix) or all."""
+    if tier not in TIERS:
+        raise InvalidRequest(f"tier must be one of {', '.join(TIERS)}, not {tier!r}", param="tier")
+    cache = cache_of(request)
+    if model is None:
+        return cache.clear(None, tier)
+    fingerprints = [
+        m.fingerprint for m in cache.report().models
+        if m.model == model or m.fingerprint.startswith(model)
+    ]  # fmt: skip
+    if not fingerprints:
+        raise ModelNotFound(f"no cached blocks for model {model!r}", param="model")
+    return sum(cache.clear(fp, tier) for fp in fingerprints)
+
+
+ROUTES = [cache_stats, cache_clear]
