@@ -29,8 +29,11 @@ def _serve(model_dir: Path, cold_dir: Path) -> Iterator[tuple[LiveServer, Prefix
         cache=CacheSettings(block_size=16, hot_budget_bytes=64 * 1024**2),
     )
     cache = PrefixCache(settings.cache, cold_dir, cold_cap_bytes=512 * 1024**2)
-    pool = ModelPool(settings, models={"tiny": model_dir}, prefix_factory=cache.factory())
-    app = create_app(pool, settings, close_pool_on_shutdown=True)
+    pool = ModelPool(
+        settings, models={"tiny": model_dir}, prefix_factory=cache.factory(),
+        cache_stats=cache.stats,
+    )  # fmt: skip
+    app = create_app(pool, settings, close_pool_on_shutdown=True, kv_cache=cache)
     try:
         with running_server(app, settings) as live:
             yield live, cache
@@ -84,3 +87,24 @@ def test_two_concurrent_requests_sharing_a_prefix(tiny_llama_dir: Path, tmp_path
         shared = asyncio.run(both(live))
     assert [t for t, _ in shared] == [t for t, _ in reference]
     assert all(c > 0 for _, c in shared)
+
+
+def test_cache_admin_routes(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    import httpx
+
+    with _serve(tiny_llama_dir, tmp_path / "cold") as (live, cache):
+        _ask(live, LONG)
+        stats = httpx.get(f"{live.base_url}/api/stats", timeout=10).json()
+        assert stats["cache"]["enabled"] and stats["cache"]["hot"]["blocks"] > 0
+        report = httpx.get(f"{live.base_url}/api/cache/stats", timeout=10).json()
+        [model] = report["models"]
+        assert model["model"] == tiny_llama_dir.name and model["hot"]["blocks"] > 0
+        bad = httpx.post(f"{live.base_url}/api/cache/clear", params={"tier": "warm"})
+        assert bad.status_code == 400 and "tier" in bad.json()["error"]["message"]
+        missing = httpx.post(f"{live.base_url}/api/cache/clear", params={"model": "nope"})
+        assert missing.status_code == 404
+        cleared = httpx.post(f"{live.base_url}/api/cache/clear", params={"model": model["model"]})
+        assert cleared.status_code == 200 and cleared.json() == model["hot"]["blocks"]
+        assert cache.stats().hot.blocks == 0
+        _, _, cached = _ask(live, LONG)
+        assert cached == 0

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Request, get, post
+from litestar.params import Parameter
 
 from omlx.engine.api import CacheAdmin
 from omlx.errors import InvalidRequest, ModelNotFound
@@ -27,7 +28,9 @@ async def cache_stats(request: Request[Any, Any, Any]) -> CacheReport:
 
 @post("/api/cache/clear", status_code=200)
 async def cache_clear(
-    request: Request[Any, Any, Any], tier: str = "all", model: str | None = None
+    request: Request[Any, Any, Any],
+    tier: Annotated[str, Parameter(query="tier")] = "all",
+    model: Annotated[str | None, Parameter(query="model")] = None,
 ) -> int:
     """Drop blocks of one tier (or all), of one model (name or fingerprint prefix) or all."""
     if tier not in TIERS:
