@@ -139,3 +139,22 @@ def test_probe_catches_a_module_that_needs_mlx() -> None:
     )
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert "omlx.cache.kv_blocks" in report["failures"]
+
+
+def test_unit_tests_collect_without_mlx() -> None:
+    # STYLE.md 2.10: tests/unit is pure Python. Collection imports every unit test module
+    # and conftest; MLX tests belong under tests/mlx.
+    code = (
+        f"import sys\nfor name in {BLOCKED!r}:\n    sys.modules[name] = None\n"
+        "import pytest\n"
+        "sys.exit(pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', 'tests/unit']))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
