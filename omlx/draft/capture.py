@@ -110,6 +110,7 @@ class TargetAdapter:
         self.model = model
         self.layer_ids = tuple(layer_ids)
         text = _text_model(model)
+        self._text = text
         self._layers: list[nn.Module] = text.layers
         self._embed = text.embed_tokens
         outer = getattr(model, "language_model", model)
@@ -156,17 +157,27 @@ class TargetAdapter:
         return self._embed.as_linear(hidden)
 
     def forward(
-        self, ids: mx.array, cache: list[Any], *, record_tape: bool = False
-    ) -> tuple[mx.array, mx.array, list[GatedDeltaTape]]:
+        self,
+        ids: mx.array,
+        cache: list[Any],
+        *,
+        record_tape: bool = False,
+        with_logits: bool = True,
+    ) -> tuple[mx.array | None, mx.array, list[GatedDeltaTape]]:
         """Run the target over `ids` [1, L]: logits, captured hidden states, tapes.
 
         The captured states are the outputs of the configured layers, concatenated in
-        `layer_ids` order on the last axis: [1, L, hidden * len(layer_ids)].
+        `layer_ids` order on the last axis: [1, L, hidden * len(layer_ids)]. Without
+        logits only the decoder stack runs (prefill chunks need no [L, vocab] logits).
         """
         sink: dict[int, mx.array] = {}
         tapes: list[GatedDeltaTape] = []
         with self._hooks(sink, tapes if record_tape else None):
-            logits = self.model(ids, cache=cache)
+            if with_logits:
+                logits = self.model(ids, cache=cache)
+            else:
+                logits = None
+                self._text(ids, cache=cache)
         hidden = mx.concatenate([sink[i] for i in self.layer_ids], axis=-1)
         return logits, hidden, tapes
 

@@ -177,13 +177,21 @@ class DFlashGenerator:
         return mask
 
     def _prefill(self, prompt: list[int], cache: list[Any]) -> tuple[mx.array, mx.array]:
-        """PREFILL in chunks: last-position logits and every prompt position's context."""
+        """PREFILL in chunks: the last position's logits and every position's context.
+
+        All but the last token run through the decoder stack alone, so no chunk computes
+        [chunk, vocab] logits; the last token runs through the whole model.
+        """
         hiddens = []
-        for start in range(0, len(prompt), PREFILL_STEP_TOKENS):
-            chunk = mx.array(prompt[start : start + PREFILL_STEP_TOKENS])[None]
-            logits, hidden, _ = self.target.forward(chunk, cache)
+        body = prompt[:-1]
+        for start in range(0, len(body), PREFILL_STEP_TOKENS):
+            chunk = mx.array(body[start : start + PREFILL_STEP_TOKENS])[None]
+            _, hidden, _ = self.target.forward(chunk, cache, with_logits=False)
             hiddens.append(hidden)
-            mx.eval(logits[:, -1], hidden, [c.state for c in cache])
+            mx.eval(hidden, [c.state for c in cache])
+        logits, hidden, _ = self.target.forward(mx.array(prompt[-1:])[None], cache)
+        hiddens.append(hidden)
+        assert logits is not None
         return logits[0, -1], mx.concatenate(hiddens, axis=1)
 
     def commits(
@@ -239,6 +247,7 @@ class DFlashGenerator:
         # The verify graph is built while the device still drafts; the ids reach the
         # host only for the accept rule, never on the way from draft to verify.
         logits, hidden, tapes = self.target.forward(block[None], cache, record_tape=True)
+        assert logits is not None
         draft_ids: list[int] = block[1:].tolist()
         t1 = time.perf_counter()
         stats.draft_s += t1 - t0

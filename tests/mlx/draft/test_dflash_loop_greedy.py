@@ -104,3 +104,15 @@ def test_streams_tokens_incrementally(tiny_target):
     assert first == cont[0]
     assert run.stats.num_cycles == 0  # nothing drafted before the first token is out
     assert [first, *run] == cont[:33]
+
+
+def test_suppressed_tokens_are_never_emitted(tiny_target):
+    _, model = tiny_target
+    cont = _continuation(model, 20)
+    banned = tuple(sorted(set(cont[:6])))
+    params = DFlashParams(max_tokens=20, suppress_token_ids=banned)
+    draft = random_draft(draft_config_for(model), seed=1)
+    run = DFlashGenerator.from_models(model, draft).generate(PROMPT, params)
+    tokens = run.run()
+    assert not set(tokens) & set(banned)
+    assert tokens == plain_generate(model, PROMPT, params).tokens
