@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,8 @@ def settings_of(request: Request[Any, Any, Any]) -> Settings:
     return request.app.state["settings"]
 
 
-def _note(record_from: GenerationEvent) -> None:
+def note_event(record_from: GenerationEvent) -> None:
+    """Token counts and finish reason for the request's log line."""
     record = current_record()
     if isinstance(record_from, Started):
         record.prompt_tokens = record_from.prompt_tokens
@@ -104,7 +105,7 @@ async def collect(request: Request[Any, Any, Any], stream: EventStream) -> Colle
         stream.close()
     out = Collected()
     for event in events:
-        _note(event)
+        note_event(event)
         if isinstance(event, Failed):
             raise event.error
         if isinstance(event, Token):
@@ -131,27 +132,46 @@ def stream_response(
     """An SSE response: keep-alive frames while idle, `render(event)` frames per event,
     an in-stream error frame on failure; disconnect or end closes the engine request."""
     mode = settings.server.keepalive_mode
-    tick = keepalive_frame(mode, empty_chunk)
-    interval = keepalive_interval(mode, settings.server.keepalive_interval_s)
+    frames = event_frames(
+        stream,
+        render,
+        interval=keepalive_interval(mode, settings.server.keepalive_interval_s),
+        tick=keepalive_frame(mode, empty_chunk),
+        error_frame=error_frame,
+    )
+    return sse_response(frames, on_close=stream.close)
 
-    async def frames() -> AsyncGenerator[bytes, None]:
-        try:
-            async for item in stream.events(interval):
-                if item is KeepAlive.TICK:
-                    if tick is not None:
-                        yield tick
-                    continue
-                _note(item)
-                if isinstance(item, Failed):
-                    yield error_frame(item.error)
-                    return
-                for chunk in render(item):
-                    yield chunk
-        except Exception as e:  # a failure while rendering: tell the client, then close
-            yield error_frame(e)
-        finally:
-            if not stream.is_finished:
-                current_record().finish = "disconnected"
-            stream.close()
 
-    return sse_response(frames(), on_close=stream.close)
+async def event_frames(
+    stream: EventStream,
+    render: FrameRenderer,
+    *,
+    interval: float | None,
+    tick: bytes | None,
+    error_frame: Callable[[BaseException], bytes],
+    opening: Callable[[], Awaitable[list[bytes]]] | None = None,
+) -> AsyncGenerator[bytes, None]:
+    """The frame loop of every streamed route (OpenAI, Anthropic, Responses): `opening()`
+    frames first, `tick` on each keep-alive, `render(event)` per event, an in-stream
+    error frame when the engine or a renderer fails, the request's log line filled in."""
+    try:
+        if opening is not None:
+            for chunk in await opening():
+                yield chunk
+        async for item in stream.events(interval):
+            if item is KeepAlive.TICK:
+                if tick is not None:
+                    yield tick
+                continue
+            note_event(item)
+            if isinstance(item, Failed):
+                yield error_frame(item.error)
+                return
+            for chunk in render(item):
+                yield chunk
+    except Exception as e:  # a failure while rendering: tell the client, then close
+        yield error_frame(e)
+    finally:
+        if not stream.is_finished:
+            current_record().finish = "disconnected"
+        stream.close()

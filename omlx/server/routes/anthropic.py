@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
 from typing import Any
 
 from litestar import Request, Response, post
 
-from omlx.engine.api import Done, Failed, GenerationEvent, Started
+from omlx.engine.api import Started
 from omlx.schemas import anthropic as an
 from omlx.server.anthropic_render import (
     PING,
@@ -22,10 +21,17 @@ from omlx.server.anthropic_requests import (
     generation_request,
     resolve_model,
 )
-from omlx.server.event_stream import EventStream, KeepAlive
-from omlx.server.generation import admit, begin, collect, pool_of, settings_of
+from omlx.server.event_stream import EventStream
+from omlx.server.generation import (
+    admit,
+    begin,
+    collect,
+    event_frames,
+    note_event,
+    pool_of,
+    settings_of,
+)
 from omlx.server.openai_requests import decode_body, new_request_id
-from omlx.server.request_log import current_record
 from omlx.server.sse import keepalive_interval, sse_response
 from omlx.settings import Settings
 
@@ -60,16 +66,6 @@ async def count_tokens(request: Request[Any, Any, Any]) -> an.CountTokensRespons
     return an.CountTokensResponse(input_tokens=TokenScale(settings, model, models)(num_tokens))
 
 
-def record_usage(event: GenerationEvent) -> None:
-    """Token counts for the request's log line (streamed routes render events themselves)."""
-    if isinstance(event, Started | Done):
-        record = current_record()
-        record.prompt_tokens = event.prompt_tokens
-        record.cached_tokens = event.cached_tokens
-        if isinstance(event, Done):
-            record.completion_tokens = event.completion_tokens
-
-
 def _stream(stream: EventStream, settings: Settings, streamer: MessageStreamer) -> Any:
     """message_start (with the admitted prompt's counts), then `event: ping` at once and
     every keep-alive interval while the first token is pending, then the blocks."""
@@ -77,33 +73,25 @@ def _stream(stream: EventStream, settings: Settings, streamer: MessageStreamer) 
         settings.server.keepalive_mode, settings.server.keepalive_interval_s
     )
 
-    async def frames() -> AsyncGenerator[bytes, None]:
-        try:
-            first = await stream.next(interval)
-            if first is not None:
-                record_usage(first)
-            if isinstance(first, Started):
-                for chunk in streamer.start(first):
-                    yield chunk
-            else:
-                if first is not None:
-                    stream.push_back(first)
-                for chunk in streamer.start(None):
-                    yield chunk
-            async for item in stream.events(interval):
-                if item is KeepAlive.TICK:
-                    yield PING
-                    continue
-                record_usage(item)
-                if isinstance(item, Failed):
-                    yield error_frame(item.error)
-                    return
-                for chunk in streamer.render(item):
-                    yield chunk
-        finally:
-            stream.close()
+    async def opening() -> list[bytes]:
+        first = await stream.next(interval)
+        if first is not None:
+            note_event(first)
+        if isinstance(first, Started):
+            return streamer.start(first)
+        if first is not None:
+            stream.push_back(first)
+        return streamer.start(None)
 
-    return sse_response(frames(), on_close=stream.close)
+    frames = event_frames(
+        stream,
+        streamer.render,
+        interval=interval,
+        tick=PING,
+        error_frame=error_frame,
+        opening=opening,
+    )
+    return sse_response(frames, on_close=stream.close)
 
 
 ROUTES = [create_message, count_tokens]

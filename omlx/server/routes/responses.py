@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
 from typing import Any
 
 from litestar import Request, Response, get, post
 
-from omlx.engine.api import Failed
+from omlx.engine.api import GenerationEvent
 from omlx.schemas import responses as rs
 from omlx.server.anthropic_requests import resolve_model
-from omlx.server.event_stream import EventStream, KeepAlive
-from omlx.server.generation import admit, begin, collect, pool_of, settings_of
+from omlx.server.event_stream import EventStream
+from omlx.server.generation import admit, begin, collect, event_frames, pool_of, settings_of
 from omlx.server.openai_requests import decode_body, new_request_id
 from omlx.server.responses_render import (
     ResponseStreamer,
@@ -20,7 +19,6 @@ from omlx.server.responses_render import (
     new_id,
 )
 from omlx.server.responses_requests import ResponseStore, generation_request
-from omlx.server.routes.anthropic import record_usage
 from omlx.server.sse import keepalive_frame, keepalive_interval, sse_response
 from omlx.settings import Settings
 
@@ -72,32 +70,26 @@ def _stream(
     conversation: list[Any],
 ) -> Any:
     mode = settings.server.keepalive_mode
-    tick = keepalive_frame(mode, None)
-    interval = keepalive_interval(mode, settings.server.keepalive_interval_s)
 
-    async def frames() -> AsyncGenerator[bytes, None]:
-        try:
-            for chunk in streamer.start():
-                yield chunk
-            async for item in stream.events(interval):
-                if item is KeepAlive.TICK:
-                    if tick is not None:
-                        yield tick
-                    continue
-                record_usage(item)
-                if isinstance(item, Failed):
-                    yield streamer.error(item.error)
-                    return
-                chunks = streamer.render(item)
-                if store is not None and streamer.final is not None:
-                    # Stored before the client sees response.completed, so it can continue.
-                    store.put(streamer.final, [*conversation, answer_message(streamer.result)])
-                for chunk in chunks:
-                    yield chunk
-        finally:
-            stream.close()
+    async def opening() -> list[bytes]:
+        return streamer.start()
 
-    return sse_response(frames(), on_close=stream.close)
+    def render(item: GenerationEvent) -> list[bytes]:
+        chunks = streamer.render(item)
+        if store is not None and streamer.final is not None:
+            # Stored before the client sees response.completed, so it can continue.
+            store.put(streamer.final, [*conversation, answer_message(streamer.result)])
+        return chunks
+
+    frames = event_frames(
+        stream,
+        render,
+        interval=keepalive_interval(mode, settings.server.keepalive_interval_s),
+        tick=keepalive_frame(mode, None),
+        error_frame=streamer.error,
+        opening=opening,
+    )
+    return sse_response(frames, on_close=stream.close)
 
 
 ROUTES = [create_response, get_response]
