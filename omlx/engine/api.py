@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, NewType, Protocol
 
 from omlx.schemas.cache import CacheReport
+from omlx.schemas.models import PoolStatus
 from omlx.schemas.stats import StatsSnapshot
 
 RequestId = NewType("RequestId", str)
@@ -160,6 +161,37 @@ class ModelInfo:
     memory_bytes: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class EmbeddingRequest:
+    """Texts or token-id lists to embed; `dimensions` shortens Matryoshka embeddings."""
+
+    model: str
+    inputs: list[str] | list[list[int]]
+    dimensions: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingResult:
+    model: str
+    embeddings: list[list[float]]  # in input order
+    prompt_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class RerankRequest:
+    model: str
+    query: str
+    documents: list[str]
+    instruction: str | None = None  # causal-LM rerankers: the task description
+
+
+@dataclass(frozen=True, slots=True)
+class RerankResult:
+    model: str
+    scores: list[float]  # relevance in [0, 1], one per document in input order
+    prompt_tokens: int
+
+
 class EnginePool(Protocol):
     """What the server needs from the engines."""
 
@@ -176,6 +208,30 @@ class EnginePool(Protocol):
     def stats(self) -> StatsSnapshot: ...
 
     async def close(self) -> None: ...
+
+    async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
+        """Embed with an embedding model, loading it if needed."""
+        ...
+
+    async def rerank(self, request: RerankRequest) -> RerankResult:
+        """Score documents against a query with a reranker, loading it if needed."""
+        ...
+
+    async def load(self, name: str) -> Any:
+        """Load a model now (evicting idle ones if the budget says so); the result is opaque."""
+        ...
+
+    async def unload(self, name: str) -> bool:
+        """Unload a model; False when it was not loaded."""
+        ...
+
+    async def pin(self, name: str) -> None: ...
+
+    async def unpin(self, name: str) -> None: ...
+
+    def status(self) -> PoolStatus:
+        """Every model with its load state, memory, last use and TTL; the budget."""
+        ...
 
 
 class CacheAdmin(Protocol):

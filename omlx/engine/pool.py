@@ -1,7 +1,9 @@
-"""ModelPool: the EnginePool the server talks to; one Engine per loaded text model.
+"""ModelPool: the EnginePool the server talks to; one Engine per loaded text model,
+one ModelWorker per embedding model or reranker.
 
-Models load on first use (concurrent first requests share one load). Issue 4 extends
-this with a memory budget, LRU unloading, pinning and TTL: `load`/`unload` are the seam.
+Models load on first use (concurrent first requests share one load). Loads run one at
+a time under a memory budget: least-recently-used idle, unpinned models are unloaded
+first (pool_policy.py decides); idle models past their TTL are unloaded by a sweeper.
 """
 
 from __future__ import annotations
@@ -18,16 +20,30 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import omlx
-from omlx.engine.api import GenerationEvent, GenerationRequest, ModelInfo, RequestId
+from omlx.engine.api import (
+    EmbeddingRequest,
+    EmbeddingResult,
+    GenerationEvent,
+    GenerationRequest,
+    ModelInfo,
+    RequestId,
+    RerankRequest,
+    RerankResult,
+)
 from omlx.engine.commands import AltPath
 from omlx.engine.engine import Engine
+from omlx.engine.handles import TEXT_TYPES, WORKER_LOADERS, handle_bytes, make_worker, on_thread
+from omlx.engine.memory_budget import budget_bytes, estimate_model_bytes
+from omlx.engine.model_types import NotAModelFolder, inspect_model
+from omlx.engine.pool_policy import PoolPolicy
 from omlx.errors import InvalidRequest, ModelNotFound
+from omlx.schemas.models import ModelStatus, PoolStatus
 from omlx.schemas.stats import CacheStats, MemoryStats, StatsSnapshot
 from omlx.settings import Settings
 
 log = logging.getLogger(__name__)
 
-TEXT_TYPES = {"llm"}
+MAX_SWEEP_INTERVAL_S = 1.0
 
 
 class Resolver(Protocol):
@@ -81,6 +97,16 @@ class ModelPool:
         self._loading: dict[str, asyncio.Future[None]] = {}  # keeps load tasks referenced
         self._requests: dict[RequestId, Engine] = {}
         self._started_at = time.monotonic()
+        models_settings = settings.models
+        self.policy = PoolPolicy(
+            budget_bytes(models_settings),
+            default_ttl_s=models_settings.ttl_s,
+            pinned=models_settings.pinned,
+            ttl_overrides=dict(getattr(models_settings, "ttl_overrides_s", {}) or {}),
+        )
+        self._load_lock = asyncio.Lock()  # one load at a time: budget checks stay exact
+        self._sweeper: asyncio.Task[None] | None = None
+        self.num_loads = 0  # loads started (tests: concurrent first requests load once)
 
     # -- resolution and loading -----------------------------------------------------------
 
@@ -91,17 +117,27 @@ class ModelPool:
         if name in self._resolved:
             return self._resolved[name]
         found = await asyncio.to_thread(self._resolve_sync, name)
-        if found.type not in TEXT_TYPES:
-            raise InvalidRequest(
-                f"model {found.name!r} is a {found.type} model; it cannot generate text",
-                param="model",
-            )
         self._resolved[name] = found
         return found
 
+    async def _resolve_typed(
+        self, name: str, types: frozenset[str] | set[str], what: str
+    ) -> Resolved:
+        resolved = await self.resolve(name)
+        if resolved.type not in types:
+            raise InvalidRequest(
+                f"model {resolved.name!r} is a {resolved.type} model; it cannot {what}",
+                param="model",
+            )
+        return resolved
+
     def _resolve_sync(self, name: str) -> Resolved:
         if name in self._models:
-            return Resolved(name, self._models[name])
+            path = self._models[name]
+            try:
+                return Resolved(name, path, str(inspect_model(path, name=name).type))
+            except (NotAModelFolder, OSError):
+                return Resolved(name, path)
         if self._store is not None:
             e = self._store.resolve(name)  # raises ModelNotFound
             return Resolved(
@@ -116,8 +152,8 @@ class ModelPool:
         known = ", ".join(self._models) or "none"
         raise ModelNotFound(f"model {name!r} not found; available: {known}", param="model")
 
-    async def load(self, name: str) -> Engine:
-        """The engine for name, loading it once however many callers ask at once."""
+    async def load(self, name: str) -> Any:
+        """The engine (or worker) for name, loading it once however many callers ask at once."""
         resolved = await self.resolve(name)
         future = self._engines.get(resolved.name)
         if future is None:
@@ -126,58 +162,200 @@ class ModelPool:
             self._loading[resolved.name] = asyncio.ensure_future(self._start(resolved, future))
         return await asyncio.shield(future)
 
-    async def _start(self, resolved: Resolved, future: asyncio.Future[Engine]) -> None:
-        engine = Engine(
-            resolved.name,
-            resolved.path,
-            self.settings.engine,
-            prefix_factory=self._prefix_factory,
-            alt_path=self._alt_paths.get(resolved.name),
-        )
+    async def _start(self, resolved: Resolved, future: asyncio.Future[Any]) -> None:
         try:
-            await engine.start()
+            async with self._load_lock:
+                handle = await self._load_within_budget(resolved)
         except Exception as e:
             self._engines.pop(resolved.name, None)  # a later request may retry the load
+            self.policy.remove(resolved.name)
             if not future.done():
                 future.set_exception(e)
             return
         finally:
             self._loading.pop(resolved.name, None)
         if future.done():  # the pool closed while loading
-            await engine.close(0)
+            await handle.close(0)
         else:
-            future.set_result(engine)
+            future.set_result(handle)
+            self._ensure_sweeper()
+
+    async def _load_within_budget(self, resolved: Resolved) -> Any:
+        """Unload LRU idle models until the estimate fits, then load and measure."""
+        estimate = await asyncio.to_thread(estimate_model_bytes, resolved.path)
+        for victim in self.policy.plan_load(resolved.name, estimate):
+            log.info("unloading %s to make room for %s", victim, resolved.name)
+            await self._unload_named(victim, grace_s=0)
+        self.policy.add(resolved.name, estimate, time.monotonic())
+        self.num_loads += 1
+        handle = self._make_handle(resolved)
+        try:
+            await handle.start()
+        except BaseException:
+            await handle.close(0)
+            raise
+        self.policy.loaded(resolved.name, handle_bytes(handle), time.monotonic())
+        return handle
+
+    def _make_handle(self, resolved: Resolved) -> Any:
+        if resolved.type in WORKER_LOADERS:
+            return make_worker(resolved.name, resolved.path, resolved.type)
+        if resolved.type not in TEXT_TYPES:
+            raise InvalidRequest(
+                f"model {resolved.name!r} is a {resolved.type} model, which omlx cannot serve yet",
+                param="model",
+            )
+        return Engine(
+            resolved.name,
+            resolved.path,
+            self.settings.engine,
+            prefix_factory=self._prefix_factory,
+            alt_path=self._alt_paths.get(resolved.name),
+        )
 
     async def unload(self, name: str, grace_s: float = 5.0) -> bool:
         resolved = await self.resolve(name)
-        future = self._engines.pop(resolved.name, None)
+        return await self._unload_named(resolved.name, grace_s)
+
+    async def _unload_named(self, name: str, grace_s: float) -> bool:
+        future = self._engines.pop(name, None)
+        self.policy.remove(name)
         if future is None:
             return False
-        engine = await future
-        await engine.close(grace_s)
+        try:
+            handle = await future
+        except Exception:  # its load failed: nothing to free
+            return False
+        await handle.close(grace_s)
+        log.info("unloaded model %s", name)
         return True
 
-    def loaded_engines(self) -> list[Engine]:
-        return [
-            f.result()
-            for f in self._engines.values()
+    def _loaded_handles(self) -> dict[str, Any]:
+        return {
+            name: f.result()
+            for name, f in self._engines.items()
             if f.done() and not f.cancelled() and f.exception() is None
-        ]
+        }
+
+    def loaded_engines(self) -> list[Engine]:
+        return [h for h in self._loaded_handles().values() if isinstance(h, Engine)]
+
+    # -- pins, TTL, status -----------------------------------------------------------------
+
+    async def pin(self, name: str) -> None:
+        """Never unload `name` automatically (until unpinned); it need not be loaded."""
+        self.policy.pin((await self.resolve(name)).name)
+
+    async def unpin(self, name: str) -> None:
+        self.policy.unpin((await self.resolve(name)).name)
+
+    def _ensure_sweeper(self) -> None:
+        ttls = [self.policy.default_ttl_s, *self.policy.ttl_overrides.values()]
+        if self._sweeper is None and any(t > 0 for t in ttls):
+            interval = min(MAX_SWEEP_INTERVAL_S, min(t for t in ttls if t > 0) / 4)
+            self._sweeper = asyncio.ensure_future(self._sweep(max(interval, 0.02)))
+
+    async def _sweep(self, interval_s: float) -> None:
+        """Unload idle models whose TTL ran out (never pinned or busy ones)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            for name in self.policy.expired(time.monotonic()):
+                log.info("unloading %s: idle past its TTL", name)
+                try:
+                    await self._unload_named(name, grace_s=0)
+                except Exception:
+                    log.exception("TTL unload of %s failed", name)
+
+    def status(self) -> PoolStatus:
+        now_mono, now = time.monotonic(), time.time()
+        types = {m.id: m.type for m in self.list_models()}
+        rows: list[ModelStatus] = []
+        for name in sorted({*types, *self.policy.entries}):
+            entry = self.policy.entries.get(name)
+            state = "available" if entry is None else "loading" if entry.is_loading else "loaded"
+            ttl = self.policy.ttl_of(name)
+            rows.append(
+                ModelStatus(
+                    id=name,
+                    type=types.get(name) or self._type_of(name),
+                    state=state,
+                    pinned=name in self.policy.pinned,
+                    memory_bytes=entry.size_bytes if entry else 0,
+                    last_used=now - (now_mono - entry.last_used_s) if entry else None,
+                    ttl_s=ttl if ttl > 0 else None,
+                    ttl_left_s=self.policy.ttl_left_s(name, now_mono),
+                    in_flight=entry.in_flight if entry else 0,
+                )
+            )
+        return PoolStatus(
+            budget_bytes=self.policy.budget_bytes, used_bytes=self.policy.used_bytes, data=rows
+        )
+
+    def _type_of(self, name: str) -> str:
+        found = next((r.type for r in self._resolved.values() if r.name == name), None)
+        if found is None and name in self._models:
+            try:  # safetensors headers only: cheap enough for a listing
+                found = str(inspect_model(self._models[name], name=name).type)
+            except (NotAModelFolder, OSError):
+                found = None
+        return found or "llm"
 
     # -- EnginePool ------------------------------------------------------------------------
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
-        engine = await self.load(request.model)
+        resolved = await self._resolve_typed(request.model, TEXT_TYPES, "generate text")
+        engine = await self.load(resolved.name)
         self._requests[request.request_id] = engine
+        self.policy.begin(resolved.name, time.monotonic())
         try:
             async with contextlib.aclosing(engine.generate(request)) as events:
                 async for event in events:
                     yield event
         finally:
             self._requests.pop(request.request_id, None)
+            self.policy.end(resolved.name, time.monotonic())
 
     async def count_tokens(self, request: GenerationRequest) -> int:
-        return await (await self.load(request.model)).count_tokens(request)
+        resolved = await self._resolve_typed(request.model, TEXT_TYPES, "generate text")
+        return await (await self.load(resolved.name)).count_tokens(request)
+
+    async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
+        resolved = await self._resolve_typed(request.model, {"embedding"}, "embed")
+        vectors, num_tokens = await self._on_worker(
+            resolved.name,
+            on_thread("omlx.engine.embeddings:embed", request.inputs, request.dimensions),
+        )
+        return EmbeddingResult(resolved.name, vectors, num_tokens)
+
+    async def rerank(self, request: RerankRequest) -> RerankResult:
+        resolved = await self._resolve_typed(request.model, {"reranker", "llm"}, "rerank")
+        args = (request.query, request.documents, request.instruction)
+        if resolved.type == "llm":  # any chat model can judge relevance yes/no
+            scores, num_tokens = await self._on_text_engine(resolved.name, args)
+        else:
+            scores, num_tokens = await self._on_worker(
+                resolved.name, on_thread("omlx.engine.rerank:rerank", *args)
+            )
+        return RerankResult(resolved.name, scores, num_tokens)
+
+    async def _on_worker(self, name: str, fn: Callable[[Any], Any]) -> Any:
+        worker = await self.load(name)
+        self.policy.begin(name, time.monotonic())
+        try:
+            return await worker.call(fn)
+        finally:
+            self.policy.end(name, time.monotonic())
+
+    async def _on_text_engine(self, name: str, args: tuple[Any, ...]) -> Any:
+        """Yes/no reranking with a loaded text model, on its engine thread."""
+        engine = await self.load(name)
+        self.policy.begin(name, time.monotonic())
+        try:
+            runner = engine.runner
+            fn = on_thread("omlx.engine.rerank:rerank_with_causal_lm", *args)
+            return await engine.call(lambda: fn((runner._lm.model, runner._lm.tokenizer)))
+        finally:
+            self.policy.end(name, time.monotonic())
 
     def cancel(self, request_id: RequestId) -> None:
         engine = self._requests.get(request_id)
@@ -185,7 +363,8 @@ class ModelPool:
             engine.cancel(request_id)
 
     def list_models(self) -> list[ModelInfo]:
-        loaded = {e.name: e for e in self.loaded_engines()}
+        loaded = self._loaded_handles()
+        pinned = self.policy.pinned
         infos: dict[str, ModelInfo] = {}
         for entry in self._store.list() if self._store is not None else []:
             e = loaded.get(entry.name)
@@ -193,19 +372,21 @@ class ModelPool:
                 id=entry.name,
                 type=str(getattr(entry.type, "value", entry.type)),
                 loaded=e is not None,
-                pinned=bool(getattr(entry, "pinned", False)),
+                pinned=entry.name in pinned or bool(getattr(entry, "pinned", False)),
                 context_length=getattr(entry, "context_length", None),
-                memory_bytes=e.metrics.memory.get("model_bytes", 0) if e else 0,
+                memory_bytes=handle_bytes(e) if e else 0,
             )
         for name in [*self._models, *loaded]:
             if name not in infos:
                 e = loaded.get(name)
+                spec = getattr(e, "spec", None)
                 infos[name] = ModelInfo(
                     id=name,
-                    type="llm",
+                    type=self._type_of(name),
                     loaded=e is not None,
-                    context_length=e.spec.context_length if e and e.spec else None,
-                    memory_bytes=e.metrics.memory.get("model_bytes", 0) if e else 0,
+                    pinned=name in pinned,
+                    context_length=spec.context_length if spec else None,
+                    memory_bytes=handle_bytes(e) if e else 0,
                 )
         return list(infos.values())
 
@@ -235,7 +416,9 @@ class ModelPool:
         )
 
     async def close(self, grace_s: float = 5.0) -> None:
-        engines = self.loaded_engines()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        engines = list(self._loaded_handles().values())
         for f in self._engines.values():
             if not f.done():
                 f.cancel()

@@ -16,10 +16,13 @@ from omlx.server.request_log import RequestLogMiddleware
 from omlx.server.routes import (
     anthropic,
     cache,
+    embeddings,
     health,
+    model_admin,
     models,
     openai_chat,
     openai_completions,
+    rerank,
     responses,
     stats,
 )
@@ -42,6 +45,7 @@ def create_app(
     """
     route_handlers: list[Any] = [
         *health.ROUTES,
+        *model_admin.ROUTES,  # before models: /v1/models/status is not a model id
         *models.ROUTES,
         *openai_chat.ROUTES,
         *openai_completions.ROUTES,
@@ -49,6 +53,8 @@ def create_app(
         *anthropic.ROUTES,
         *responses.ROUTES,
         *cache.ROUTES,
+        *embeddings.ROUTES,
+        *rerank.ROUTES,
         *extra_routes,
     ]
 
