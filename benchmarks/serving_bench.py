@@ -48,21 +48,37 @@ async def measure(base: str, model: str, levels: list[int], args) -> dict:
     out: dict = {"levels": [], "interference": None, "burst": None}
     for salt, conc in enumerate(levels):
         r = await run_level(
-            base, model, concurrency=conc, num_requests=max(2 * conc, 4),
-            prompt_words=args.prompt_words, max_tokens=args.max_tokens, salt=salt + 1,
+            base,
+            model,
+            concurrency=conc,
+            num_requests=max(2 * conc, 4),
+            prompt_words=args.prompt_words,
+            max_tokens=args.max_tokens,
+            salt=salt + 1,
         )
-        print(f"  c={conc}: {r.aggregate_tps:.1f} tok/s, ttft p50 {r.ttft_p50_s}, "
-              f"failed {r.num_failed}", flush=True)
+        print(
+            f"  c={conc}: {r.aggregate_tps:.1f} tok/s, ttft p50 {r.ttft_p50_s}, "
+            f"failed {r.num_failed}",
+            flush=True,
+        )
         out["levels"].append(r.to_dict())
     inter = await run_interference(
-        base, model, num_streams=4, long_prompt_words=args.long_prompt_words,
+        base,
+        model,
+        num_streams=4,
+        long_prompt_words=args.long_prompt_words,
         max_tokens=args.interference_tokens,
     )
     print(f"  interference: kept {inter.speed_kept}", flush=True)
     out["interference"] = inter.to_dict()
     burst = await run_level(
-        base, model, concurrency=args.burst, num_requests=args.burst,
-        prompt_words=16, max_tokens=4, salt=99,
+        base,
+        model,
+        concurrency=args.burst,
+        num_requests=args.burst,
+        prompt_words=16,
+        max_tokens=4,
+        salt=99,
     )
     print(f"  burst {args.burst}: failed {burst.num_failed}", flush=True)
     out["burst"] = burst.to_dict()
@@ -83,10 +99,13 @@ def ratio(a: float | None, b: float | None) -> float | None:
 def markdown(res: dict, command: str) -> str:
     o, p = res["omlx"], res["mlx_lm"]
     lines = [
-        f"# Serving benchmark: omlx vs mlx_lm.server ({res['model_name']})", "",
-        f"Command: `{command}`", "",
+        f"# Serving benchmark: omlx vs mlx_lm.server ({res['model_name']})",
+        "",
+        f"Command: `{command}`",
+        "",
         f"Date {res['date']}, git {res['git']}, {res['machine']}, BLAS mode `{res['blas']}`.",
-        "", "| concurrency | omlx tok/s | mlx_lm tok/s | ratio | omlx TTFT p50/p95 s | "
+        "",
+        "| concurrency | omlx tok/s | mlx_lm tok/s | ratio | omlx TTFT p50/p95 s | "
         "mlx_lm TTFT p50/p95 s | omlx failed | mlx_lm failed |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -99,15 +118,18 @@ def markdown(res: dict, command: str) -> str:
         )
     oi, pi = o["interference"], p["interference"]
     lines += [
-        "", "Decode streams while another request prefills a long prompt "
-        f"({oi['long_prompt_tokens']} tokens), 4 streams:", "",
+        "",
+        "Decode streams while another request prefills a long prompt "
+        f"({oi['long_prompt_tokens']} tokens), 4 streams:",
+        "",
         "| | gap before ms | gap during ms | max gap during ms | speed kept | long TTFT s |",
         "| --- | --- | --- | --- | --- | --- |",
         f"| omlx | {_f(oi['gap_before_ms'])} | {_f(oi['gap_during_ms'])} | "
         f"{_f(oi['max_gap_during_ms'])} | {_f(oi['speed_kept'])} | {_s(oi['long_ttft_s'])} |",
         f"| mlx_lm | {_f(pi['gap_before_ms'])} | {_f(pi['gap_during_ms'])} | "
         f"{_f(pi['max_gap_during_ms'])} | {_f(pi['speed_kept'])} | {_s(pi['long_ttft_s'])} |",
-        "", f"Burst of {o['burst']['num_requests']} concurrent streaming requests: omlx dropped "
+        "",
+        f"Burst of {o['burst']['num_requests']} concurrent streaming requests: omlx dropped "
         f"{o['burst']['num_failed']}, mlx_lm dropped {p['burst']['num_failed']}.",
     ]
     return "\n".join(lines) + "\n"
@@ -142,14 +164,33 @@ def main() -> None:
     env = blas_env(args.blas)
     RESULTS.mkdir(exist_ok=True)
     port = free_port()
-    peer_cmd = [sys.executable, "-m", "mlx_lm", "server", "--model", str(model_dir),
-                "--port", str(port)]
-    omlx_cmd = [sys.executable, "-m", "omlx.cli.main", "serve", "--model", str(model_dir),
-                "--port", str(port)]
+    peer_cmd = [
+        sys.executable,
+        "-m",
+        "mlx_lm",
+        "server",
+        "--model",
+        str(model_dir),
+        "--port",
+        str(port),
+    ]
+    omlx_cmd = [
+        sys.executable,
+        "-m",
+        "omlx.cli.main",
+        "serve",
+        "--model",
+        str(model_dir),
+        "--port",
+        str(port),
+    ]
     res = {
-        "model_name": model_dir.name, "blas": args.blas, "date": time.strftime("%Y-%m-%d %H:%M"),
-        "git": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True).stdout.strip(),
+        "model_name": model_dir.name,
+        "blas": args.blas,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "git": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "mlx_lm": run_server("mlx_lm", peer_cmd, port, env, "default_model", levels, args),
         "omlx": run_server("omlx", omlx_cmd, port, env, model_dir.name, levels, args),

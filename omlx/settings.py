@@ -30,9 +30,9 @@ class ServerSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
     keepalive_interval_s: Annotated[
         float, _doc("Seconds between keep-alive frames"), msgspec.Meta(gt=0)
     ] = 5.0
-    max_request_bytes: Annotated[
-        int, _doc("Largest accepted request body"), msgspec.Meta(gt=0)
-    ] = 64 * 1024 * 1024
+    max_request_bytes: Annotated[int, _doc("Largest accepted request body"), msgspec.Meta(gt=0)] = (
+        64 * 1024 * 1024
+    )
 
 
 class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -43,9 +43,7 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
     max_queued: Annotated[
         int, _doc("Requests waiting per model before 503"), msgspec.Meta(ge=0)
     ] = 256
-    prefill_batch_size: Annotated[
-        int, _doc("Prompts prefilled together"), msgspec.Meta(ge=1)
-    ] = 8
+    prefill_batch_size: Annotated[int, _doc("Prompts prefilled together"), msgspec.Meta(ge=1)] = 8
     prefill_step_tokens: Annotated[
         int, _doc("Prompt tokens processed per prefill chunk"), msgspec.Meta(ge=16)
     ] = 512
@@ -118,9 +116,7 @@ class AgentSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
 
 
 class LogSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
-    level: Annotated[
-        Literal["DEBUG", "INFO", "WARNING", "ERROR"], _doc("Log level")
-    ] = "INFO"
+    level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR"], _doc("Log level")] = "INFO"
 
 
 class Settings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -266,9 +262,7 @@ def read_file(path: Path) -> dict[str, dict[str, Any]]:
     return data
 
 
-def load_settings(
-    cli: dict[str, Any] | None = None, path: Path | None = None
-) -> LoadedSettings:
+def load_settings(cli: dict[str, Any] | None = None, path: Path | None = None) -> LoadedSettings:
     """Merge defaults, the TOML file, OMLX_* variables and CLI flags; validate once."""
     path = path or config_path()
     merged: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}

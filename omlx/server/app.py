@@ -68,8 +68,12 @@ def create_app(
     return Litestar(
         route_handlers=route_handlers,
         state=State(
-            {"pool": pool, "settings": settings, "stats_interval_s": stats_interval_s,
-             "cache": kv_cache}
+            {
+                "pool": pool,
+                "settings": settings,
+                "stats_interval_s": stats_interval_s,
+                "cache": kv_cache,
+            }
         ),
         guards=[make_api_key_guard(server.api_key)],
         middleware=[RequestLogMiddleware],
