@@ -156,3 +156,23 @@ def test_model_status_and_control(live) -> None:
     assert cards["minilm"]["status"] == "available"
     assert httpx.post(f"{base}/models/minilm/explode").status_code == 400
     assert httpx.post(f"{base}/models/nope/load").status_code == 404
+
+
+def test_cli_pin_reaches_the_running_server(live, monkeypatch, _isolated_omlx_home) -> None:
+    from typer.testing import CliRunner
+
+    from omlx.cli.main import app
+
+    models_dir = _isolated_omlx_home / "models"
+    models_dir.mkdir(exist_ok=True)
+    (models_dir / "minilm").symlink_to(minilm_dir(), target_is_directory=True)
+    monkeypatch.setenv("OMLX_SERVER__PORT", str(live.port))
+    result = CliRunner().invoke(app, ["pin", "minilm"])
+    assert result.exit_code == 0, result.output
+    assert "running server" in result.output
+    status = {m["id"]: m for m in httpx.get(f"{live.openai_base_url}/models/status").json()["data"]}
+    assert status["minilm"]["pinned"] is True
+    result = CliRunner().invoke(app, ["unpin", "minilm"])
+    assert result.exit_code == 0, result.output
+    status = {m["id"]: m for m in httpx.get(f"{live.openai_base_url}/models/status").json()["data"]}
+    assert status["minilm"]["pinned"] is False

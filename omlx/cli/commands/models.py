@@ -111,8 +111,25 @@ def unpin(name: str = typer.Argument(..., help="A pinned model's name.")) -> Non
 
 
 def _tell_running_server(name: str, *, pinned: bool) -> None:
-    """Seam for issue 4: a running server's pool re-reads pins through its admin API.
+    """POST /v1/models/{name}/pin|unpin to the server the settings describe, if one runs.
 
-    Until the model pool exists the setting takes effect at the next `omlx serve`.
+    The settings file already changed, so a server that is not running (or refuses)
+    picks the pin up at its next start: nothing to report but a note.
     """
-    return None
+    import httpx
+
+    try:
+        server = load_settings().settings.server
+    except SettingsError:
+        return
+    host = "127.0.0.1" if server.host in ("0.0.0.0", "::", "") else server.host
+    action = "pin" if pinned else "unpin"
+    headers = {"Authorization": f"Bearer {server.api_key}"} if server.api_key else {}
+    try:
+        resp = httpx.post(
+            f"http://{host}:{server.port}/v1/models/{name}/{action}", headers=headers, timeout=2.0
+        )
+    except httpx.HTTPError:
+        return  # no server running: the setting applies at the next `omlx serve`
+    if resp.status_code < 300:
+        console.print(f"the running server at {host}:{server.port} applied the {action}")

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
-from scipy.special import erf
 
 from omlx.engine.model_types import ModelType, inspect_model
 from omlx.engine.rerank import CausalReranker, CrossEncoder, load_reranker, rerank
@@ -50,7 +49,7 @@ def numpy_cross_encoder(path: Path, ids: list[int], type_ids: list[int]) -> floa
         a = ((s / s.sum(-1, keepdims=True)) @ v).transpose(1, 0, 2).reshape(n, -1)
         x = ln(x + lin(a, p + "attention.output.dense"), p + "attention.output.LayerNorm")
         h = lin(x, p + "intermediate.dense")
-        h = 0.5 * h * (1 + erf(h / math.sqrt(2)))
+        h = 0.5 * h * (1 + np.vectorize(math.erf)(h / math.sqrt(2)))
         x = ln(x + lin(h, p + "output.dense"), p + "output.LayerNorm")
     pooled = np.tanh(lin(x[0], "pooler.dense"))
     return float(1 / (1 + np.exp(-lin(pooled, "classifier")[0])))
