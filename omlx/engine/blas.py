@@ -105,15 +105,20 @@ def optimized_env(env: Mapping[str, str] | None = None) -> dict[str, str] | None
     """`env` (default: os.environ) with the optimized BLAS preloaded, for child processes.
 
     For benchmarks that start other programs (mlx_lm.server, a stock-vs-optimized probe)
-    on the same BLAS omlx uses; None where none applies (macOS, CUDA, OMLX_BLAS=off, none
-    installed). Unlike a bare LD_PRELOAD, this also makes the library's own deps loadable.
+    on the same BLAS omlx uses; None where none applies (macOS, CUDA, none installed).
+    `OMLX_BLAS=off` in `env` counts as `auto` here: it only says this process runs stock.
+    Unlike a bare LD_PRELOAD, this also makes the library's own deps loadable.
     """
     env = os.environ if env is None else env
     choice = env.get(ENV_CHOICE, "auto")
-    if choice.strip().lower() in OFF_VALUES:  # off means "not in this process", not "none"
+    if choice.strip().lower() in OFF_VALUES:
         choice = "auto"
     plan = decide({ENV_CHOICE: choice}).plan
-    return None if plan is None else preload_env(env, plan)
+    if plan is None:
+        return None
+    if is_preloaded({"LD_PRELOAD": env.get("LD_PRELOAD", "")}, plan):
+        return {**env, ENV_MARKER: plan.library}
+    return preload_env(env, plan)
 
 
 def stock_env(env: Mapping[str, str] | None = None) -> dict[str, str]:

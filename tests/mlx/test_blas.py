@@ -82,6 +82,7 @@ def test_env_helpers_for_child_processes():
     fast = optimized_env({"OMLX_BLAS": "off", "PATH": "/bin"})
     assert fast is not None and fast["LD_PRELOAD"].split()[0] == PLAN.library
     assert fast[ENV_MARKER] == PLAN.library
+    assert optimized_env(fast)["LD_PRELOAD"] == fast["LD_PRELOAD"]  # never preloaded twice
     stock = stock_env({**fast, "LD_PRELOAD": fast["LD_PRELOAD"] + " /other/lib.so"})
     assert stock["LD_PRELOAD"] == "/other/lib.so"
     assert ENV_MARKER not in stock and stock["OMLX_BLAS"] == "off"
