@@ -33,15 +33,17 @@ def default_model_dir() -> Path:
 
 
 def blas_env(mode: str) -> dict[str, str]:
-    """stock: MLX's bundled reference BLAS for both servers; preload: the optimized one."""
-    if mode == "stock":
-        return {"OMLX_BLAS": "off"}
+    """The environment both servers run in: stock (MLX's bundled reference BLAS) or
+    preload (the optimized BLAS omlx uses, preloaded for the peer too, so the comparison
+    stays honest)."""
     from omlx.engine import blas
 
-    lib = blas.find_library()  # type: ignore[attr-defined]
-    if lib is None:
-        raise SystemExit("no optimized BLAS found to preload")
-    return {"LD_PRELOAD": str(lib), "OMLX_BLAS": "off"}
+    if mode == "stock":
+        return blas.stock_env()
+    env = blas.optimized_env()
+    if env is None:
+        raise SystemExit("no optimized BLAS applies here (macOS, CUDA, or none installed)")
+    return env
 
 
 async def measure(base: str, model: str, levels: list[int], args) -> dict:

@@ -29,11 +29,14 @@ def server_process(
     log_path: Path | None = None,
     ready_timeout_s: float = 300.0,
 ) -> Iterator[str]:
-    """Run cmd, wait until GET /health answers 200, yield the base URL, then stop it."""
+    """Run cmd, wait until GET /health answers 200, yield the base URL, then stop it.
+
+    `env` is the child's whole environment when given (default: this process's).
+    """
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
     proc = subprocess.Popen(
         cmd,
-        env={**os.environ, **(env or {})},
+        env=dict(os.environ) if env is None else env,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
