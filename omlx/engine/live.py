@@ -26,6 +26,7 @@ class Live:
     snapshot_at: int | None = None  # prompt position where the prefix cache wants a store
     num_generated: int = 0
     last_token_at: float | None = None
+    progress_at: float = 0.0  # when the last Progress event went out
     think: ThinkBudget | None = None
 
     @property

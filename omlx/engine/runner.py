@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.5  # how often an idle engine wakes to refresh memory stats
 MEMORY_EVERY_S = 1.0
+PROGRESS_EVERY_S = 0.25  # at most this often a Progress event per prefilling request
 
 PrefixFactory = Callable[[Any, Path], ModelPrefixCache]
 
@@ -337,10 +338,12 @@ class EngineRunner:
                 continue
             if r.end_of_segment and live.snapshot_at is not None:
                 self._store_snapshot(live, r.uid)
-            done, total = r.progress
-            self._outbox.put(
-                live.sub.sink, Progress(rid, live.cached_tokens + done, live.cached_tokens + total)
-            )
+            now = time.monotonic()
+            if now - live.progress_at >= PROGRESS_EVERY_S:  # spare the event loop
+                live.progress_at = now
+                done, total = r.progress
+                progress = Progress(rid, live.cached_tokens + done, live.cached_tokens + total)
+                self._outbox.put(live.sub.sink, progress)
 
     def _store_snapshot(self, live: Live, uid: int) -> None:
         # Recurrent state exists only where prefill stopped: store it at the block boundary.

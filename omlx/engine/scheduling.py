@@ -2,65 +2,89 @@
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 
 from omlx.engine.api import RequestId
 
-# Unmeasured, a step prefills this little: the first steps measure what prefill costs.
-FIRST_CHUNK_TOKENS = 1
-_EMA = 0.3  # weight of the newest sample in the running estimates
+PRIOR_TOKENS_PER_DECODE_STEP = 64
+WINDOW_STEPS = 48  # recent decode-only steps the decode cost is the median of
+# Recent prefill steps the token cost is averaged over: short, since a prompt token's cost
+# grows with the context it attends to.
+MIXED_WINDOW_STEPS = 48
+MIN_DECODE_SAMPLES = 5  # below this, every other step is decode-only (to measure it)
+PROBE_EVERY_STEPS = 8  # then one step in this many, to follow the decode cost as it drifts
 
 
 @dataclass(slots=True)
 class PrefillPacer:
     """Sizes each step's prefill chunk so prefill takes `share` of a step's time.
 
-    Every engine step runs one decode step for the running streams plus one
-    prefill chunk. Modelled as `step_s = decode_s + prefill_token_s * tokens`,
-    both estimated from measured wall time (robust to MLX's async pipelining,
-    which moves decode work into whichever call evaluates next). With nothing
-    decoding, prefill gets the largest chunk. When the budget is under one token
-    per step (a compute-bound CPU, where a prompt token costs about what a
-    decoding stream's token does), it accumulates: some steps prefill nothing.
+    Every engine step runs one decode step for the running streams plus one prefill
+    chunk. From measured wall times (robust to MLX's async pipelining, which moves decode
+    work into whichever call evaluates next): decode_s is the median of recent
+    decode-only steps; token_s is what recent chunks cost per token beyond that, as a
+    ratio of sums over a window (per-call overhead included, so the chunk size settles
+    where prefill uses exactly its budget; sums, not per-step ratios, so noise averages
+    out). Fractions of a token carry over between steps: on a compute-bound CPU, where a
+    prompt token costs about what a decoding stream's token does, some steps prefill
+    nothing. With nothing decoding, prefill gets the largest chunk.
     """
 
     share: float
     max_chunk_tokens: int
     decode_s: float | None = None
-    prefill_token_s: float | None = None
+    token_s: float | None = None  # per prompt token, call overhead included
     credit_tokens: float = 0.0  # prefill budget carried over from earlier steps
+    _decode: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW_STEPS))
+    _mixed: deque[tuple[int, float]] = field(
+        default_factory=lambda: deque(maxlen=MIXED_WINDOW_STEPS)
+    )
+    _num_decoding: int = 0
+    _steps: int = 0
 
     def chunk_tokens(self, *, num_decoding: int, num_prefilling: int) -> int:
         """Prompt tokens per prefilling sequence for the next step (0: decode only)."""
         if num_decoding == 0 or self.share >= 1.0:
             self.credit_tokens = 0.0
             return self.max_chunk_tokens
-        if self.decode_s is None or self.prefill_token_s is None:
-            return FIRST_CHUNK_TOKENS  # measure before spending decode time
+        self._track(num_decoding)
+        self._steps += 1
+        if self.decode_s is None:
+            return 0  # a decode-only step first: what the streams' step costs alone
+        # Unmeasured, assume a prompt token costs 1/64 of a decode step: a chunk big
+        # enough that its measured cost stands out of the step-time noise.
+        token_s = self.token_s or self.decode_s / PRIOR_TOKENS_PER_DECODE_STEP
         budget_s = self.decode_s * self.share / (1.0 - self.share)
-        per_seq = budget_s / (self.prefill_token_s * max(num_prefilling, 1))
-        if per_seq >= 1.0:
-            self.credit_tokens = 0.0
-            return int(min(self.max_chunk_tokens, per_seq))
-        self.credit_tokens += per_seq
+        self.credit_tokens += budget_s / (token_s * max(num_prefilling, 1))
+        probe_every = 2 if len(self._decode) < MIN_DECODE_SAMPLES else PROBE_EVERY_STEPS
+        if self._steps % probe_every == 0:
+            return 0  # now and then decode only, to follow its cost (the budget carries over)
+        self.credit_tokens = min(self.credit_tokens, self.max_chunk_tokens)
         whole = int(self.credit_tokens)
         self.credit_tokens -= whole
         return whole
 
     def observe(self, *, step_s: float, num_decoding: int, prefill_tokens: int) -> None:
         """Record one step's wall time and what it did."""
-        if num_decoding and not prefill_tokens:
-            self.decode_s = _ema(self.decode_s, step_s)
-            return
+        if not num_decoding:
+            return  # the chunk is then the largest anyway
+        self._track(num_decoding)
         if not prefill_tokens:
-            return
-        decode_s = (self.decode_s or 0.0) if num_decoding else 0.0
-        per_token = max(step_s - decode_s, 0.0) / prefill_tokens
-        self.prefill_token_s = _ema(self.prefill_token_s, max(per_token, 1e-7))
+            self._decode.append(step_s)
+            self.decode_s = statistics.median(self._decode)  # robust to load spikes
+        else:
+            self._mixed.append((prefill_tokens, step_s))
+        if self.decode_s is not None and self._mixed:
+            # Beyond the current decode estimate, what the window's chunks cost per token.
+            extra_s = sum(t for _, t in self._mixed) - self.decode_s * len(self._mixed)
+            self.token_s = max(extra_s / sum(n for n, _ in self._mixed), 1e-7)
 
-
-def _ema(old: float | None, new: float) -> float:
-    return new if old is None else (1 - _EMA) * old + _EMA * new
+    def _track(self, num_decoding: int) -> None:
+        if num_decoding != self._num_decoding:  # the decode cost changed with the batch
+            self._decode.clear()
+            self._num_decoding = num_decoding
 
 
 @dataclass(slots=True)
