@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import sys
@@ -413,6 +414,7 @@ class ModelPool:
             requests=requests,
             memory=memory,
             cache=self._cache_stats() if self._cache_stats is not None else CacheStats(),
+            blas=_blas(),
         )
 
     async def close(self, grace_s: float = 5.0) -> None:
@@ -424,6 +426,14 @@ class ModelPool:
                 f.cancel()
         self._engines.clear()
         await asyncio.gather(*(e.close(grace_s) for e in engines))
+
+
+@functools.cache
+def _blas() -> str:
+    # Fixed for the life of the process (the BLAS is chosen before MLX loads).
+    from omlx.engine.blas import blas_description
+
+    return blas_description()
 
 
 def process_rss_bytes() -> int:

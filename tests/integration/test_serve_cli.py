@@ -106,6 +106,8 @@ def test_serve_then_sigterm_lets_the_open_stream_finish(
     assert "completion_tokens=150" in log
     assert "k3y" not in log
     assert "Application shutdown complete" in log
+    blas = os.environ.get("OMLX_BLAS_PRELOADED")
+    assert "MLX BLAS: " + ("OpenBLAS" if blas else "") in log
     assert "Traceback" not in log
 
 

@@ -113,6 +113,9 @@ def run_server(settings: Settings) -> None:
     settings = msgspec.structs.replace(
         settings, engine=msgspec.structs.replace(settings.engine, default_model=default)
     )
+    from omlx.engine.blas import blas_description
+
+    log.info("MLX BLAS: %s", blas_description())
     kv_cache = _prefix_cache(settings)
     pool = ModelPool(
         settings, store=store, default_model=default,
