@@ -30,7 +30,8 @@ def make_sampler(params: SamplingParams, vocab_size: int) -> Sampler:
     if 0 < params.top_k < vocab_size:
         filters.append(lambda x: apply_top_k(x, params.top_k))
     inv_temp = 1.0 / params.temperature
-    key = [mx.random.key(params.seed)] if params.seed is not None else None
+    # Any int is a valid OpenAI seed; mx.random.key takes an unsigned 64-bit one.
+    key = [mx.random.key(params.seed % 2**64)] if params.seed is not None else None
 
     def sample(logprobs: mx.array) -> mx.array:
         for f in filters:
