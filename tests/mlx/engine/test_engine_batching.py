@@ -106,3 +106,16 @@ def test_logprobs_are_reported_per_token(tiny_dir):
         assert len(lp.top) == 3
         # Greedy: the chosen token is the most likely one.
         assert lp.top[0][1] == pytest.approx(lp.logprob, abs=1e-4)
+
+
+def test_any_int_seed_is_accepted(tiny_dir):
+    async def body(pool):
+        neg = SamplingParams(temperature=1.0, seed=-5)
+        big = SamplingParams(temperature=1.0, seed=2**70)
+        return await asyncio.gather(
+            collect(pool, request(sampling=neg, max_tokens=3)),
+            collect(pool, request(sampling=big, max_tokens=3)),
+        )
+
+    results = run_with_pool(tiny_dir, body)
+    assert [r.done.completion_tokens for r in results] == [3, 3]
