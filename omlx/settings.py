@@ -71,6 +71,18 @@ class ModelSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
     ttl_s: Annotated[
         float, _doc("Unload a model idle this long (0 = never)"), msgspec.Meta(ge=0)
     ] = 0.0
+    ttl_overrides_s: Annotated[
+        dict[str, float], _doc("Per-model idle TTL in seconds, overriding ttl_s")
+    ] = {}
+    image_max_bytes: Annotated[
+        int, _doc("Largest image a VLM request may send or link"), msgspec.Meta(gt=0)
+    ] = 20 * 1024 * 1024
+    image_fetch_timeout_s: Annotated[
+        float, _doc("Timeout for fetching an http(s) image URL"), msgspec.Meta(gt=0)
+    ] = 10.0
+    image_local_paths: Annotated[
+        bool, _doc("Let VLM requests name local image files (trusted clients only)")
+    ] = False
 
 
 class CacheSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

@@ -17,7 +17,10 @@ from omlx.engine.worker import ModelWorker
 WORKER_LOADERS = {
     "embedding": "omlx.engine.embeddings:load_embedding_model",
     "reranker": "omlx.engine.rerank:load_reranker",
+    "vlm": "omlx.engine.vlm:load_vlm",
+    "ocr": "omlx.engine.vlm:load_ocr",
 }
+VISION_TYPES = frozenset({"vlm", "ocr"})
 TEXT_TYPES = frozenset({"llm"})
 
 

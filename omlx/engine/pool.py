@@ -33,10 +33,18 @@ from omlx.engine.api import (
 )
 from omlx.engine.commands import AltPath
 from omlx.engine.engine import Engine
-from omlx.engine.handles import TEXT_TYPES, WORKER_LOADERS, handle_bytes, make_worker, on_thread
+from omlx.engine.handles import (
+    TEXT_TYPES,
+    VISION_TYPES,
+    WORKER_LOADERS,
+    handle_bytes,
+    make_worker,
+    on_thread,
+)
 from omlx.engine.memory_budget import budget_bytes, estimate_model_bytes
 from omlx.engine.model_types import NotAModelFolder, inspect_model
 from omlx.engine.pool_policy import PoolPolicy
+from omlx.engine.vision_stream import stream_vision
 from omlx.errors import InvalidRequest, ModelNotFound
 from omlx.schemas.models import ModelStatus, PoolStatus
 from omlx.schemas.stats import CacheStats, MemoryStats, StatsSnapshot
@@ -304,7 +312,13 @@ class ModelPool:
     # -- EnginePool ------------------------------------------------------------------------
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
-        resolved = await self._resolve_typed(request.model, TEXT_TYPES, "generate text")
+        resolved = await self._resolve_typed(
+            request.model, TEXT_TYPES | VISION_TYPES, "generate text"
+        )
+        if resolved.type in VISION_TYPES:
+            async for event in stream_vision(self, resolved.name, request):
+                yield event
+            return
         engine = await self.load(resolved.name)
         self._requests[request.request_id] = engine
         self.policy.begin(resolved.name, time.monotonic())
