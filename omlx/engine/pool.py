@@ -290,6 +290,7 @@ class ModelPool:
                     state=state,
                     pinned=name in self.policy.pinned,
                     memory_bytes=entry.size_bytes if entry else 0,
+                    estimated_bytes=entry.estimated_bytes if entry else None,
                     last_used=now - (now_mono - entry.last_used_s) if entry else None,
                     ttl_s=ttl if ttl > 0 else None,
                     ttl_left_s=self.policy.ttl_left_s(name, now_mono),

@@ -84,6 +84,7 @@ class PoolEntry:
     in_flight: int = 0
     is_loading: bool = False
     ttl_s: float = 0.0  # 0 = never unloaded for idling
+    estimated_bytes: int = 0  # from the weight files, before the load
 
 
 class PoolPolicy:
@@ -114,7 +115,14 @@ class PoolPolicy:
 
     def add(self, name: str, size_bytes: int, now: float) -> PoolEntry:
         """Reserve `size_bytes` for a model about to load (plan_load said it fits)."""
-        entry = PoolEntry(name, size_bytes, now, is_loading=True, ttl_s=self.ttl_of(name))
+        entry = PoolEntry(
+            name,
+            size_bytes,
+            now,
+            is_loading=True,
+            ttl_s=self.ttl_of(name),
+            estimated_bytes=size_bytes,
+        )
         self.entries[name] = entry
         return entry
 

@@ -186,3 +186,27 @@ def test_unload_frees_mlx_memory(minilm_path: Path, tiny_qwen3_dir: Path) -> Non
     weights = 90_000_000  # all-MiniLM-L6-v2 in float32
     assert during - before > 0.9 * weights
     assert during - after > 0.9 * weights, (before, during, after)
+
+
+def test_unloading_a_text_model_frees_mlx_memory(smollm2_dir: Path) -> None:
+    import mlx.core as mx
+
+    async def main() -> tuple[int, int, int]:
+        pool = ModelPool(settings(), models={"smol": smollm2_dir})
+        try:
+            before = mx.get_active_memory()
+            request = GenerationRequest(RequestId("r"), "smol", prompt="hi", max_tokens=2)
+            async for _ in pool.generate(request):
+                pass
+            during = mx.get_active_memory()
+            row = pool.status().data[0]
+            assert row.state == "loaded" and row.memory_bytes > 500e6
+            assert row.estimated_bytes and row.estimated_bytes > 500e6
+            assert await pool.unload("smol")
+            return before, during, mx.get_active_memory()
+        finally:
+            await pool.close(grace_s=0)
+
+    before, during, after = asyncio.run(main())
+    assert during - before > 500e6  # SmolLM2-135M in float32: ~540 MB of weights
+    assert during - after > 500e6, (before, during, after)
