@@ -70,6 +70,10 @@ class Engine:
         self.spec, self._tokenizer = lm.spec, lm.tokenizer
 
     @property
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
     def capacity(self) -> int:
         return self.settings.max_running + self.settings.max_queued
 
