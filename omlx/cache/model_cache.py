@@ -19,6 +19,7 @@ from omlx.cache.index import (
     match_chain,
     max_reusable_blocks,
 )
+from omlx.cache.miss_diagnosis import RecentPrompts, describe
 
 if TYPE_CHECKING:
     from omlx.cache.prefix_cache import PrefixCache
@@ -46,6 +47,7 @@ class ModelPrefixCache:
             except kv_blocks.UnsupportedCache as e:
                 log.warning("prefix cache off for %s: %s", name or fingerprint[:12], e)
         window = self.layout.window_tokens if self.layout else 0
+        self.recent = RecentPrompts()  # filled only while DEBUG logging is on
         self.rule = ReuseRule(
             self.block_size,
             needs_state=bool(self.layout and self.layout.needs_state),
@@ -75,6 +77,7 @@ class ModelPrefixCache:
             blocks = blocks[:num_blocks]
         if not blocks:
             self.parent.count(self.fingerprint, 0)
+            self._diagnose(tokens, 0)
             return None, 0
         bf16 = {n for b in blocks for n in json.loads(b.meta.get("bf16", "[]"))}
         caches = kv_blocks.rebuild(
@@ -86,7 +89,18 @@ class ModelPrefixCache:
         )
         num_tokens = len(blocks) * self.block_size
         self.parent.count(self.fingerprint, num_tokens)
+        self._diagnose(tokens, num_tokens)
         return caches, num_tokens
+
+    def _diagnose(self, tokens: list[int], num_cached: int) -> None:
+        """At DEBUG, say where a prompt diverged from the closest stored one."""
+        if not log.isEnabledFor(logging.DEBUG):
+            return
+        match = self.recent.best_match(tokens)
+        if match is not None and match.shared_tokens > 0:
+            name = self.name or self.fingerprint[:12]
+            text = describe(match, len(tokens), num_cached, self.block_size)
+            log.debug("cache %s: %s", name, text)
 
     def _load(self, chain: list[BlockInfo]) -> list[HotBlock]:
         blocks = []
@@ -108,6 +122,8 @@ class ModelPrefixCache:
         """
         if self.layout is None:
             return
+        if log.isEnabledFor(logging.DEBUG):
+            self.recent.add(tokens)
         processed = kv_blocks.processed_tokens(prompt_cache)
         num_tokens = len(tokens) if processed is None else min(len(tokens), processed)
         keys = chain_keys(self.fingerprint, tokens[:num_tokens], self.block_size, extra_keys)

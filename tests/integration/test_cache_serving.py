@@ -108,3 +108,17 @@ def test_cache_admin_routes(tiny_llama_dir: Path, tmp_path: Path) -> None:
         assert cache.stats().hot.blocks == 0
         _, _, cached = _ask(live, LONG)
         assert cached == 0
+
+
+def test_debug_log_says_where_a_prompt_diverged(
+    tiny_llama_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("DEBUG", logger="omlx.cache.model_cache")
+    with _serve(tiny_llama_dir, tmp_path / "cold") as (live, _):
+        _ask(live, LONG)
+        # Same text but a changed head word (think: a date in the system prompt).
+        _, prompt_tokens, cached = _ask(live, LONG.replace("quick", "slow", 1))
+    lines = [r.getMessage() for r in caplog.records if "shares the first" in r.getMessage()]
+    assert lines, [r.getMessage() for r in caplog.records]
+    assert f"prompt of {prompt_tokens} tokens shares the first" in lines[-1]
+    assert cached == 0 and "reused 0 cached tokens" in lines[-1]
