@@ -26,7 +26,13 @@ class Unauthorized(OmlxError):
     code = "invalid_api_key"
 
 
-class ModelNotFound(OmlxError):
+class NotFound(OmlxError):
+    """A named thing (model, stored response, ...) does not exist."""
+
+    code = "not_found"
+
+
+class ModelNotFound(NotFound):
     code = "model_not_found"
 
 

@@ -19,7 +19,7 @@ from litestar.exceptions import HTTPException, ValidationException
 
 from omlx.errors import (
     InvalidRequest,
-    ModelNotFound,
+    NotFound,
     OmlxError,
     Overloaded,
     Unauthorized,
@@ -86,7 +86,7 @@ def _omlx_info(exc: OmlxError) -> ErrorInfo:
         status, otype, atype = 400, "invalid_request_error", "invalid_request_error"
     elif isinstance(exc, Unauthorized):
         status, otype, atype = 401, "authentication_error", "authentication_error"
-    elif isinstance(exc, ModelNotFound):
+    elif isinstance(exc, NotFound):
         status, otype, atype = 404, "invalid_request_error", "not_found_error"
     elif isinstance(exc, Overloaded):
         return ErrorInfo(

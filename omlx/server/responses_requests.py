@@ -6,7 +6,7 @@ from collections import OrderedDict
 from typing import Any
 
 from omlx.engine.api import ChatMessage, GenerationRequest, RequestId, SamplingParams
-from omlx.errors import InvalidRequest
+from omlx.errors import InvalidRequest, NotFound
 from omlx.schemas import responses as rs
 
 _TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
@@ -39,7 +39,7 @@ class ResponseStore:
     def _get(self, response_id: str) -> tuple[list[ChatMessage], rs.ResponseObject]:
         item = self._items.get(response_id)
         if item is None:
-            raise InvalidRequest(
+            raise NotFound(
                 f"previous response {response_id!r} not found (it was never stored or was "
                 f"evicted; the server keeps the last {self.max_responses})",
                 param="previous_response_id",

@@ -102,17 +102,18 @@ def test_stateless_items_fold_into_chat_turns(pool: FakeEnginePool, client: open
     assert messages[2].reasoning_content == "t"
 
 
-def test_store_is_bounded_and_unknown_ids_are_400(
+def test_store_is_bounded_and_unknown_ids_are_404(
     pool: FakeEnginePool, client: openai.OpenAI, server: LiveServer
 ) -> None:
     ids = [client.responses.create(model="fake-model", input=f"q{i}").id for i in range(3)]
     assert httpx.get(f"{server.openai_base_url}/responses/{ids[2]}").json()["id"] == ids[2]
-    with pytest.raises(openai.BadRequestError) as info:
+    with pytest.raises(openai.NotFoundError) as info:
         client.responses.create(model="fake-model", input="x", previous_response_id=ids[0])
-    assert "previous_response_id" in str(info.value) or "not found" in str(info.value)
+    assert "not found" in str(info.value) and info.value.body["param"] == "previous_response_id"
     unstored = client.responses.create(model="fake-model", input="x", store=False)
-    with pytest.raises(openai.BadRequestError):
+    with pytest.raises(openai.NotFoundError):
         client.responses.create(model="fake-model", input="y", previous_response_id=unstored.id)
+    assert httpx.get(f"{server.openai_base_url}/responses/{ids[0]}").status_code == 404
 
 
 def test_stream_event_sequence(pool: FakeEnginePool, client: openai.OpenAI) -> None:
