@@ -9,6 +9,10 @@ from dataclasses import dataclass, field
 from omlx.engine.api import RequestId
 
 PRIOR_TOKENS_PER_DECODE_STEP = 64
+CLIMB_SAMPLES = 6  # steps measured per chunk unit before deciding to double it
+CLIMB_GAIN = 0.8  # doubling the unit must cut the per-token cost at least this much
+MAX_SPIKE_DECODE_STEPS = 3.0  # a unit's prefill costs at most this many decode steps
+RECLIMB_EVERY_STEPS = 64  # then the unit is re-measured (and may grow again)
 WINDOW_STEPS = 48  # recent decode-only steps the decode cost is the median of
 # Recent prefill steps the token cost is averaged over: short, since a prompt token's cost
 # grows with the context it attends to.
@@ -43,6 +47,11 @@ class PrefillPacer:
     )
     _num_decoding: int = 0
     _steps: int = 0
+    unit: int = 1  # chunks are multiples of this (see _climb)
+    _trial: int | None = None  # a unit being tried
+    _climb_done: bool = False
+    _climb_done_at: int = 0
+    _unit_cost: dict[int, tuple[float, int]] = field(default_factory=dict)
 
     def chunk_tokens(self, *, num_decoding: int, num_prefilling: int) -> int:
         """Prompt tokens per prefilling sequence for the next step (0: decode only)."""
@@ -61,8 +70,11 @@ class PrefillPacer:
         probe_every = 2 if len(self._decode) < MIN_DECODE_SAMPLES else PROBE_EVERY_STEPS
         if self._steps % probe_every == 0:
             return 0  # now and then decode only, to follow its cost (the budget carries over)
-        self.credit_tokens = min(self.credit_tokens, self.max_chunk_tokens)
-        whole = int(self.credit_tokens)
+        if self._climb_done and self._steps - self._climb_done_at > RECLIMB_EVERY_STEPS:
+            self._climb_done, self._unit_cost = False, {}  # costs drift: measure again
+        unit = self._trial or self.unit
+        self.credit_tokens = min(self.credit_tokens, max(self.max_chunk_tokens, unit))
+        whole = min(self.max_chunk_tokens, int(self.credit_tokens // unit) * unit)
         self.credit_tokens -= whole
         return whole
 
@@ -76,10 +88,44 @@ class PrefillPacer:
             self.decode_s = statistics.median(self._decode)  # robust to load spikes
         else:
             self._mixed.append((prefill_tokens, step_s))
+            if self.decode_s is not None:
+                self._climb(prefill_tokens, step_s - self.decode_s)
         if self.decode_s is not None and self._mixed:
             # Beyond the current decode estimate, what the window's chunks cost per token.
             extra_s = sum(t for _, t in self._mixed) - self.decode_s * len(self._mixed)
             self.token_s = max(extra_s / sum(n for n, _ in self._mixed), 1e-7)
+
+    def _climb(self, tokens: int, extra_s: float) -> None:
+        """Grow the chunk unit while doubling it cuts the per-token cost by a fifth.
+
+        A prefill call re-reads every weight, so on a memory-bound device a 1-token chunk
+        costs about a decode step; rarer, larger chunks then prefill several times faster
+        within the same time share. A unit's cost may not exceed MAX_SPIKE_DECODE_STEPS
+        decode steps: one step in a few then pays a bounded inter-token gap.
+        """
+        if self._climb_done or tokens not in (self.unit, self._trial):
+            return
+        total_s, count = self._unit_cost.get(tokens, (0.0, 0))
+        self._unit_cost[tokens] = (total_s + extra_s, count + 1)
+        if count + 1 < CLIMB_SAMPLES:
+            return
+        cost = (total_s + extra_s) / (count + 1) / tokens  # per token, at this unit
+        if self._trial is None:  # the unit is measured: try twice as large
+            fits = 2 * tokens * cost <= MAX_SPIKE_DECODE_STEPS * (self.decode_s or 0.0)
+            if fits and 2 * tokens <= self.max_chunk_tokens:
+                self._trial = 2 * tokens
+            else:
+                self._stop_climbing()
+            return
+        base_s, base_n = self._unit_cost[self.unit]
+        if cost < CLIMB_GAIN * base_s / base_n / self.unit:
+            self.unit = self._trial  # worth it: keep climbing from here
+        else:
+            self._stop_climbing()
+        self._trial = None
+
+    def _stop_climbing(self) -> None:
+        self._climb_done, self._climb_done_at = True, self._steps
 
     def _track(self, num_decoding: int) -> None:
         if num_decoding != self._num_decoding:  # the decode cost changed with the batch
