@@ -14,9 +14,7 @@ CLIMB_GAIN = 0.8  # doubling the unit must cut the per-token cost at least this 
 MAX_SPIKE_DECODE_STEPS = 3.0  # a unit's prefill costs at most this many decode steps
 RECLIMB_EVERY_STEPS = 64  # then the unit is re-measured (and may grow again)
 WINDOW_STEPS = 48  # recent decode-only steps the decode cost is the median of
-# Recent prefill steps the token cost is averaged over: short, since a prompt token's cost
-# grows with the context it attends to.
-MIXED_WINDOW_STEPS = 48
+MIXED_WINDOW_STEPS = 48  # recent prefill steps the token cost is averaged over
 MIN_DECODE_SAMPLES = 5  # below this, every other step is decode-only (to measure it)
 PROBE_EVERY_STEPS = 8  # then one step in this many, to follow the decode cost as it drifts
 
@@ -33,7 +31,8 @@ class PrefillPacer:
     where prefill uses exactly its budget; sums, not per-step ratios, so noise averages
     out). Fractions of a token carry over between steps: on a compute-bound CPU, where a
     prompt token costs about what a decoding stream's token does, some steps prefill
-    nothing. With nothing decoding, prefill gets the largest chunk.
+    nothing. Chunks come in multiples of a unit that grows while larger chunks are
+    cheaper per token (_climb). With nothing decoding, prefill gets the largest chunk.
     """
 
     share: float
@@ -55,8 +54,8 @@ class PrefillPacer:
 
     def chunk_tokens(self, *, num_decoding: int, num_prefilling: int) -> int:
         """Prompt tokens per prefilling sequence for the next step (0: decode only)."""
-        if num_decoding == 0 or self.share >= 1.0:
-            self.credit_tokens = 0.0
+        if num_decoding == 0 or num_prefilling == 0 or self.share >= 1.0:
+            self.credit_tokens = 0.0  # no budget saved up while nothing waits to prefill
             return self.max_chunk_tokens
         self._track(num_decoding)
         self._steps += 1
