@@ -175,3 +175,16 @@ def test_a_failing_step_fails_its_requests_and_the_engine_goes_on(tiny_dir, monk
 
     result = run_with_pool(tiny_dir, body)
     assert result.done.completion_tokens == 3
+
+
+def test_a_burst_beyond_max_running_queues_and_completes(tiny_dir):
+    async def body(pool):
+        alone = await collect(pool, request("burst", max_tokens=6))
+        burst = await asyncio.gather(
+            *(collect(pool, request("burst", max_tokens=6)) for _ in range(24))
+        )
+        return alone, burst, pool.loaded_engines()[0].metrics.snapshot()[0]
+
+    alone, burst, stats = run_with_pool(tiny_dir, body, max_running=4, max_queued=32)
+    assert all(r.token_ids == alone.token_ids for r in burst)
+    assert stats.running == 0 and stats.queued == 0 and stats.requests_total == 25
