@@ -104,6 +104,9 @@ async def measure(
 
 
 def main() -> None:
+    from omlx.engine.blas import reexec_with_blas
+
+    reexec_with_blas()  # the BLAS `omlx serve` runs on (OMLX_BLAS=off: MLX's reference one)
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", type=Path, help="MLX model folder (default: the default model)")
     ap.add_argument("--streams", type=int, default=4)

@@ -87,6 +87,9 @@ async def measure(model_dir: Path, num_tokens: int, rounds: int) -> dict[str, fl
 
 
 def main() -> None:
+    from omlx.engine.blas import reexec_with_blas
+
+    reexec_with_blas()  # the BLAS `omlx serve` runs on (OMLX_BLAS=off: MLX's reference one)
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", type=Path, help="MLX model folder (default: the default model)")
     ap.add_argument("--tokens", type=int, default=128)
