@@ -206,8 +206,9 @@ class EngineRunner:
         uid = self._uids.pop(request_id)
         if uid is not None:
             self._gen.remove([uid])
-        if live.alt is not None:
-            live.alt.close()  # type: ignore[attr-defined]
+        close = getattr(live.alt, "close", None)
+        if close is not None:  # a generator: let it release what it holds
+            close()
         self.metrics.finished(request_id)
         self._outbox.put(
             live.sub.sink,

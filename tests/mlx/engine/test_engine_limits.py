@@ -188,3 +188,23 @@ def test_a_burst_beyond_max_running_queues_and_completes(tiny_dir):
     alone, burst, stats = run_with_pool(tiny_dir, body, max_running=4, max_queued=32)
     assert all(r.token_ids == alone.token_ids for r in burst)
     assert stats.running == 0 and stats.queued == 0 and stats.requests_total == 25
+
+
+def test_cancel_during_prefill_frees_the_slot(tiny_dir):
+    async def body(pool):
+        stream = pool.generate(request("keep going", max_tokens=2000))
+        await _first_token(stream)
+        long = pool.generate(request(prompt_token_ids=list(range(1000, 3500)), max_tokens=5))
+        async for event in long:
+            if type(event).__name__ == "Progress":
+                break  # the prompt is part-way through its prefill
+        await long.aclose()
+        # max_running=2: "after" only runs if the cancelled prompt's slot was freed.
+        after = await collect(pool, request("after", max_tokens=2))
+        stats = pool.loaded_engines()[0].metrics.snapshot()[0]
+        await stream.aclose()
+        return after, stats
+
+    after, stats = run_with_pool(tiny_dir, body, max_running=2, max_queued=0)
+    assert after.done.completion_tokens == 2
+    assert stats.running == 1  # only the first stream
