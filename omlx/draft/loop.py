@@ -244,21 +244,25 @@ class DFlashGenerator:
             draft, draft_probs = self._draft_tokens(draft_logits, params, mask)
             mx.async_eval(draft)
             block = mx.concatenate([block, draft])
-        # The verify graph is built while the device still drafts; the ids reach the
-        # host only for the accept rule, never on the way from draft to verify.
+        # The verify graph is built while the device still drafts and queued right
+        # behind it; the ids reach the host only for the accept rule.
         logits, hidden, tapes = self.target.forward(block[None], cache, record_tape=True)
         assert logits is not None
+        if params.is_greedy:
+            verdict = sample_with_temperature(logits[0], 0.0, mask)
+        else:
+            verdict = probabilities(logits[0], params.temperature, mask)
+        mx.async_eval(verdict, hidden)
         draft_ids: list[int] = block[1:].tolist()
         t1 = time.perf_counter()
         stats.draft_s += t1 - t0
 
         if params.is_greedy:
-            target_ids = sample_with_temperature(logits[0], 0.0, mask).tolist()
+            target_ids = verdict.tolist()
             num_kept = accept_length(draft_ids, target_ids)
             bonus = target_ids[num_kept]
         else:
-            target_probs = probabilities(logits[0], params.temperature, mask)
-            num_kept, bonus = speculative_accept(draft_ids, target_probs, draft_probs)
+            num_kept, bonus = speculative_accept(draft_ids, verdict, draft_probs)
         t2 = time.perf_counter()
         stats.verify_s += t2 - t1
 
