@@ -12,9 +12,8 @@ class DFlashStats:
 
     `acceptance_lengths` holds, per cycle, the tokens committed (accepted drafts plus
     the target's bonus token): τ is their mean, from 1 (nothing accepted) to the draft
-    block size. `draft_s` runs until the drafted ids reach the host (the verify graph is
-    built meanwhile, overlapping the device's drafting), `verify_s` from there through the
-    accept decision, `rollback_s` over cache trimming and tape replay.
+    block size. `draft_s` runs until the drafted ids reach the host, `verify_s` from
+    there through the accept decision, `rollback_s` over cache trimming and tape replay.
     """
 
     draft_block_size: int
