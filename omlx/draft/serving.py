@@ -16,8 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from omlx.draft.bench import make_draft
 from omlx.draft.loop import DFlashGenerator, DFlashParams
-from omlx.draft.model import DFlashDraftModel, load_draft
+from omlx.draft.model import DFlashDraftModel
 from omlx.draft.stats import DFlashStats
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class DFlashPath:
         draft_by_argmax: bool = False,
         num_recent_stats: int = 64,
     ) -> None:
-        self.draft_path = Path(draft_path)
+        self.draft_path = draft_path if str(draft_path) == "random" else Path(draft_path)
         self.draft_block_size = draft_block_size
         self.max_context_tokens = max_context_tokens
         self.draft_by_argmax = draft_by_argmax
@@ -110,7 +111,8 @@ class DFlashPath:
         # Loaded lazily on the engine thread: MLX arrays belong to the thread that made them.
         if self._generator is None or self._model_id != id(model):
             if self._draft is None:
-                self._draft = load_draft(self.draft_path)
+                # "random": an untrained draft sized for the target (tests, benchmarks).
+                self._draft = make_draft(model, str(self.draft_path))
                 log.info("loaded DFlash draft %s", self.draft_path)
             self._generator = DFlashGenerator.from_models(
                 model, self._draft, draft_block_size=self.draft_block_size

@@ -59,6 +59,7 @@ def note_event(record_from: GenerationEvent) -> None:
         record.completion_tokens = record_from.completion_tokens
         record.cached_tokens = record_from.cached_tokens
         record.finish = str(record_from.finish_reason)
+        record.served_by = record_from.served_by
     elif isinstance(record_from, Failed):
         is_gone = isinstance(record_from.error, ClientDisconnected)
         record.finish = "disconnected" if is_gone else "error"

@@ -28,6 +28,7 @@ class RequestRecord:
     completion_tokens: int = 0
     cached_tokens: int = 0
     finish: str = "-"  # the engine's finish reason, "disconnected" or "error"
+    served_by: str = "-"  # which engine path served it: batch or dflash
 
 
 _current: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
@@ -87,7 +88,7 @@ def _log_line(scope: Any, record: RequestRecord, status: int, duration_s: float)
     log.log(
         level,
         "%s %s model=%s status=%d prompt_tokens=%d completion_tokens=%d "
-        "cached_tokens=%d finish=%s duration_ms=%.0f",
+        "cached_tokens=%d finish=%s served_by=%s duration_ms=%.0f",
         scope.get("method", "-"),
         path,
         record.model,
@@ -96,5 +97,6 @@ def _log_line(scope: Any, record: RequestRecord, status: int, duration_s: float)
         record.completion_tokens,
         record.cached_tokens,
         record.finish,
+        record.served_by,
         duration_s * 1000,
     )

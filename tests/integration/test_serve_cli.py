@@ -134,3 +134,34 @@ def test_serve_with_an_unknown_default_model_fails_clearly() -> None:
     result = CliRunner().invoke(app, ["serve", "--model", "no-such-model"])
     assert result.exit_code == 1
     assert "no-such-model" in result.output and "Traceback" not in result.output
+
+
+def _serve_and_ask(models: Path, extra: list[str], prompt: str) -> tuple[str, str]:
+    """Start `omlx serve`, ask one greedy chat question, stop it; (answer, log)."""
+    port = _free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "omlx.cli.main", "serve", "--model-dir", str(models),
+           "--model", "tiny", "--port", str(port), *extra]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_healthy(base_url, proc)
+        body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 24,
+                "temperature": 0}  # fmt: skip
+        r = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        answer = r.json()["choices"][0]["message"]["content"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    return answer, proc.stdout.read() if proc.stdout else ""
+
+
+def test_serve_dflash_answers_like_the_batched_path(tmp_path: Path, tiny_qwen3_dir: Path) -> None:
+    models = tmp_path / "models"
+    shutil.copytree(tiny_qwen3_dir, models / "tiny")
+    plain, plain_log = _serve_and_ask(models, [], "tell me about rivers")
+    fast, fast_log = _serve_and_ask(models, ["--dflash"], "tell me about rivers")
+    assert fast == plain and plain
+    assert "served_by=batch" in plain_log
+    assert "DFlash: tiny served with draft random" in fast_log
+    assert "served_by=dflash" in fast_log

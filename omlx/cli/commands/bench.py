@@ -37,12 +37,15 @@ def bench(
     requests: int = typer.Option(0, min=0, help="Requests per level (default: 2 x concurrency)"),
     api_key: str = typer.Option("", envvar="OMLX_SERVER__API_KEY", help="API key"),
     dflash: bool = typer.Option(False, "--dflash", help="Serve the model with its DFlash draft"),
+    draft: str = typer.Option(
+        "", help="With --dflash: the draft folder (default: draft.path, else 'random')"
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document"),
 ) -> None:
     """Measure TTFT, inter-token latency and tokens/s (per request and aggregate)."""
     levels = _ints(concurrency, "--concurrency")
     lengths = _ints(prompt_words, "--prompt-words")
-    with _target(url, model, dflash) as base:
+    with _target(url, model, dflash, draft) as base:
         model = model or _first_model(base, api_key)
         results = _sweep(base, model, levels, lengths, max_tokens, requests, api_key, as_json)
     if as_json:
@@ -52,7 +55,7 @@ def bench(
 
 
 @contextlib.contextmanager
-def _target(url: str, model: str, dflash: bool) -> Iterator[str]:
+def _target(url: str, model: str, dflash: bool, draft: str) -> Iterator[str]:
     if url:
         if dflash:
             fail("--dflash starts its own server; drop --url")
@@ -63,7 +66,7 @@ def _target(url: str, model: str, dflash: bool) -> Iterator[str]:
     if model:
         cmd += ["--model", model]
     if dflash:
-        cmd += ["--dflash"]
+        cmd += ["--dflash", *(["--draft", draft] if draft else [])]
     console.print(f"starting {' '.join(cmd[2:])} ...", style="dim")
     try:
         with server_process(cmd, port) as base:

@@ -58,6 +58,15 @@ def serve(
     keepalive_interval: float = typer.Option(
         None, help=f"Seconds between keep-alive frames {_env('server.keepalive_interval_s')}"
     ),
+    draft: str = typer.Option(
+        None,
+        help="DFlash draft folder for the default model ('random': an untrained draft) "
+        + _env("draft.path"),
+    ),
+    dflash: bool = typer.Option(
+        False, "--dflash", help="Serve the default model with DFlash (draft: --draft or "
+        "draft.path, else 'random')",
+    ),
     log_level: str = typer.Option(None, help=f"DEBUG|INFO|WARNING|ERROR {_env('log.level')}"),
     config: Path = typer.Option(
         None, help="Config file (env OMLX_CONFIG; default $OMLX_HOME/config.toml)"
@@ -75,11 +84,17 @@ def serve(
         "server.keepalive_mode": keepalive,
         "server.keepalive_interval_s": keepalive_interval,
         "log.level": log_level,
+        "draft.path": draft,
     }
     try:
         settings = load_settings(cli=flags, path=config).settings
     except SettingsError as e:
         fail(str(e))
+    if dflash and not settings.draft.path:
+        import msgspec
+
+        draft_section = msgspec.structs.replace(settings.draft, path="random")
+        settings = msgspec.structs.replace(settings, draft=draft_section)
     configure_logging(settings.log.level)
     run_server(settings)
 
@@ -109,7 +124,7 @@ def run_server(settings: Settings) -> None:
     from omlx.server.run import uvicorn_config
 
     store = ModelStore.from_settings(settings.models)
-    default = _default_model(settings, store)
+    default, default_path = _default_model(settings, store)
     settings = msgspec.structs.replace(
         settings, engine=msgspec.structs.replace(settings.engine, default_model=default)
     )
@@ -117,8 +132,10 @@ def run_server(settings: Settings) -> None:
 
     log.info("MLX BLAS: %s", blas_description())
     kv_cache = _prefix_cache(settings)
+    alt_paths = _dflash_paths(settings, default)
     pool = ModelPool(
-        settings, store=store, default_model=default,
+        settings, store=store, default_model=default, alt_paths=alt_paths,
+        models={default: default_path},  # a folder given by path may lie outside the store
         prefix_factory=kv_cache.factory() if kv_cache else None,
         cache_stats=kv_cache.stats if kv_cache else None,
     )  # fmt: skip
@@ -135,6 +152,17 @@ def run_server(settings: Settings) -> None:
     uvicorn.Server(uvicorn_config(app, settings)).run()
 
 
+def _dflash_paths(settings: Settings, default: str) -> dict[str, Any]:
+    """The DFlash alternative path for `draft.model` (default: the default model)."""
+    if not settings.draft.path:
+        return {}
+    from omlx.draft.serving import DFlashPath
+
+    model = settings.draft.model or default
+    log.info("DFlash: %s served with draft %s", model, settings.draft.path)
+    return {model: DFlashPath.from_settings(settings.draft)}
+
+
 def _prefix_cache(settings: Settings) -> Any:
     """The tiered KV cache shared by every model, or None when it is switched off."""
     if not settings.cache.enabled:
@@ -148,21 +176,23 @@ def _exit_cleanly(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
-def _default_model(settings: Settings, store: Any) -> str:
-    """The configured default model, else SmolLM2 (imported from its wheel once), else the
-    first LLM found; with none at all, say how to get one."""
+def _default_model(settings: Settings, store: Any) -> tuple[str, Path]:
+    """The configured default model (a name or a folder), else SmolLM2 (imported from its
+    wheel once), else the first LLM found; with none at all, say how to get one."""
     from omlx.engine.default_model import ensure_default_model
 
     if settings.engine.default_model:
         try:
-            return store.resolve(settings.engine.default_model).name
+            entry = store.resolve(settings.engine.default_model)
         except OmlxError as e:
             fail(e.message)
+        return entry.name, Path(entry.path)
     try:
-        return ensure_default_model(store.primary_dir, dtype=settings.engine.dtype).name
+        folder = ensure_default_model(store.primary_dir, dtype=settings.engine.dtype)
+        return folder.name, folder
     except OmlxError as e:
         log.info("default model not available: %s", e.message)
     llms = [e for e in store.list() if str(getattr(e.type, "value", e.type)) == "llm"]
     if not llms:
         fail(NO_MODEL_HINT)
-    return llms[0].name
+    return llms[0].name, Path(llms[0].path)
