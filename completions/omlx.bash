@@ -19,6 +19,7 @@ _omlx() {
         "omlx serve --max-queued") COMPREPLY=(); return ;;
         "omlx serve --keepalive") COMPREPLY=(); return ;;
         "omlx serve --keepalive-interval") COMPREPLY=(); return ;;
+        "omlx serve --draft") COMPREPLY=(); return ;;
         "omlx serve --log-level") COMPREPLY=(); return ;;
         "omlx serve --config") COMPREPLY=(); return ;;
         "omlx pull --name") COMPREPLY=(); return ;;
@@ -31,6 +32,7 @@ _omlx() {
         "omlx bench --max-tokens") COMPREPLY=(); return ;;
         "omlx bench --requests") COMPREPLY=(); return ;;
         "omlx bench --api-key") COMPREPLY=(); return ;;
+        "omlx bench --draft") COMPREPLY=(); return ;;
         "omlx dflash-bench --model") COMPREPLY=(); return ;;
         "omlx dflash-bench --draft") COMPREPLY=(); return ;;
         "omlx dflash-bench --prompts") COMPREPLY=(); return ;;
@@ -48,12 +50,12 @@ _omlx() {
     local opts="" subs=""
     case "$cmd" in
         "omlx") opts="--help"; subs="serve pull models pin unpin bench dflash-bench top completions cache config" ;;
-        "omlx serve") opts="--host --port --api-key --model-dir --model --max-running --max-queued --keepalive --keepalive-interval --log-level --config --help"; subs="" ;;
+        "omlx serve") opts="--host --port --api-key --model-dir --model --max-running --max-queued --keepalive --keepalive-interval --draft --dflash --log-level --config --help"; subs="" ;;
         "omlx pull") opts="--name --dtype --revision --dry-run --help"; subs="" ;;
         "omlx models") opts="--json --help"; subs="" ;;
         "omlx pin") opts="--help"; subs="" ;;
         "omlx unpin") opts="--help"; subs="" ;;
-        "omlx bench") opts="--url --model --concurrency --prompt-words --max-tokens --requests --api-key --dflash --json --help"; subs="" ;;
+        "omlx bench") opts="--url --model --concurrency --prompt-words --max-tokens --requests --api-key --dflash --draft --json --help"; subs="" ;;
         "omlx dflash-bench") opts="--model --draft --prompts --max-tokens --temperature --block-size --draft-by-argmax --json --help"; subs="" ;;
         "omlx top") opts="--url --api-key --batch -b -n --iterations --delay -d --help"; subs="" ;;
         "omlx completions") opts="--help"; subs="bash zsh fish" ;;
