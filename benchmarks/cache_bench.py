@@ -7,8 +7,7 @@ TTFT per turn on both servers. Writes results/cache_bench.{json,md}.
 
     python benchmarks/cache_bench.py [--smoke]
 
-Until `omlx serve` wires the cache, omlx runs through `serve-omlx` below: the real app
-and ModelPool with PrefixCache.factory(), spilling the hot tier to disk on SIGTERM.
+Both servers run on the same BLAS (the optimized one `omlx` uses, preloaded for the peer).
 """
 
 from __future__ import annotations
@@ -27,25 +26,6 @@ from pathlib import Path
 import httpx
 
 RESULTS = Path(__file__).parent / "results"
-
-
-def serve_omlx(model_dir: str, port: int, cold_dir: str) -> None:
-    import uvicorn
-
-    from omlx.cache.prefix_cache import PrefixCache
-    from omlx.engine.pool import ModelPool
-    from omlx.server.app import create_app
-    from omlx.server.run import uvicorn_config
-    from omlx.settings import CacheSettings, ServerSettings, Settings
-
-    settings = Settings(server=ServerSettings(port=port), cache=CacheSettings(cold_dir=cold_dir))
-    cache = PrefixCache(settings.cache)
-    pool = ModelPool(settings, models={"m": Path(model_dir)}, prefix_factory=cache.factory())
-    app = create_app(pool, settings, close_pool_on_shutdown=True)
-    # uvicorn re-raises SIGTERM after its shutdown, so code after run() never runs:
-    # spill the hot tier to disk from the app's own shutdown hooks instead.
-    app.on_shutdown.append(cache.close)
-    uvicorn.Server(uvicorn_config(app, settings)).run()
 
 
 async def ttft(base: str, model: str, messages: list[dict], max_tokens: int) -> dict:
@@ -90,10 +70,12 @@ def _text(words: int, salt: int) -> str:
     return " ".join(vocab[(i * 5 + salt * 3) % len(vocab)] + str(i % 97) for i in range(words))
 
 
-def start(cmd: list[str], port: int):
+def start(cmd: list[str], port: int, extra_env: dict[str, str] | None = None):
+    from omlx.engine import blas
     from omlx.loadgen.server_process import server_process
 
-    return server_process(cmd, port, env={"OMLX_BLAS": "off"})
+    env = blas.optimized_env() or dict(os.environ)
+    return server_process(cmd, port, env={**env, **(extra_env or {})})
 
 
 def main() -> None:
@@ -107,19 +89,22 @@ def main() -> None:
     model_dir = ensure_default_model(omlx_home() / "models")
     words, turns, conv_words = (200, 2, 60) if args.smoke else (1800, 6, 400)
     prompt = [{"role": "user", "content": "Summarise: " + _text(words, 7)}]
-    port, me = free_port(), [sys.executable, __file__]
+    port = free_port()
     res: dict = {"model": model_dir.name, "git": subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "date": time.strftime("%Y-%m-%d %H:%M")}  # fmt: skip
     with tempfile.TemporaryDirectory() as cold:
-        omlx_cmd = [*me, "serve-omlx", str(model_dir), str(port), cold]
-        with start(omlx_cmd, port) as base:
-            res["omlx_uncached"] = asyncio.run(ttft(base, "m", prompt, 8))
-            res["omlx_hot"] = asyncio.run(ttft(base, "m", prompt, 8))
-        with start(omlx_cmd, port) as base:
-            res["omlx_cold_after_restart"] = asyncio.run(ttft(base, "m", prompt, 8))
-            res["omlx_turns"] = asyncio.run(conversation(base, "m", turns, conv_words))
+        omlx_cmd = [sys.executable, "-m", "omlx.cli.main", "serve", "--model", str(model_dir),
+                    "--port", str(port)]  # fmt: skip
+        cold_env = {"OMLX_CACHE__COLD_DIR": cold}
+        m = model_dir.name
+        with start(omlx_cmd, port, cold_env) as base:
+            res["omlx_uncached"] = asyncio.run(ttft(base, m, prompt, 8))
+            res["omlx_hot"] = asyncio.run(ttft(base, m, prompt, 8))
+        with start(omlx_cmd, port, cold_env) as base:
+            res["omlx_cold_after_restart"] = asyncio.run(ttft(base, m, prompt, 8))
+            res["omlx_turns"] = asyncio.run(conversation(base, m, turns, conv_words))
     peer = [
         sys.executable,
         "-m",
@@ -171,7 +156,4 @@ def markdown(res: dict) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "serve-omlx":
-        serve_omlx(sys.argv[2], int(sys.argv[3]), sys.argv[4])
-    else:
-        main()
+    main()

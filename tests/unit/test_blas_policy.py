@@ -74,6 +74,18 @@ def test_preload_env_prepends_and_marks():
     assert preload_env({}, BlasPlan("/x/lib.so", "OMLX_BLAS"))["LD_PRELOAD"] == "/x/lib.so"
 
 
+def test_preload_env_leaves_a_core_for_the_server_threads(monkeypatch):
+    plan = BlasPlan("/x/libopenblas.so.0", "cmeel-openblas")
+    monkeypatch.setattr(blas.os, "cpu_count", lambda: 2)
+    assert preload_env({}, plan)["OPENBLAS_NUM_THREADS"] == "1"
+    monkeypatch.setattr(blas.os, "cpu_count", lambda: 16)
+    assert preload_env({}, plan)["OPENBLAS_NUM_THREADS"] == "15"
+    assert blas.default_num_threads(1) == 1
+    # The user's choice wins.
+    assert preload_env({"OPENBLAS_NUM_THREADS": "4"}, plan)["OPENBLAS_NUM_THREADS"] == "4"
+    assert "OPENBLAS_NUM_THREADS" not in preload_env({"OMP_NUM_THREADS": "3"}, plan)
+
+
 def test_is_preloaded_by_marker_or_ld_preload():
     plan = BlasPlan("/x/libopenblas.so.0", "cmeel-openblas")
     assert is_preloaded({blas.ENV_MARKER: "/x/libopenblas.so.0"})
