@@ -52,6 +52,14 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
         _doc("Share of engine time given to prefill while streams decode (0-1)"),
         msgspec.Meta(gt=0, le=1),
     ] = 0.3
+    paced_prompt_tokens: Annotated[
+        int,
+        _doc(
+            "Prompts with more uncached tokens than this are prefilled in paced chunks "
+            "(prefill_share) while streams decode; shorter ones join at once"
+        ),
+        msgspec.Meta(ge=0),
+    ] = 256
     default_max_tokens: Annotated[
         int, _doc("max_tokens when a request sets none"), msgspec.Meta(ge=1)
     ] = 2048

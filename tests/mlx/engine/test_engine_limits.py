@@ -156,6 +156,30 @@ def test_chunked_prefill_keeps_running_streams_decoding(tiny_dir):
     assert min(counts) >= 6
 
 
+@pytest.mark.parametrize(("paced_prompt_tokens", "paced"), [(256, False), (0, True)])
+def test_short_prompts_join_at_once_long_ones_are_paced(tiny_dir, paced_prompt_tokens, paced):
+    """A prompt no longer than engine.paced_prompt_tokens is prefilled in one chunk."""
+
+    async def body(pool):
+        stream = pool.generate(request("stream", max_tokens=3000))
+        await _first_token(stream)
+        engine = pool.loaded_engines()[0]
+        before = engine.runner.decode_steps_during_prefill
+        short = pool.generate(request(prompt_token_ids=list(range(1000, 1200)), max_tokens=1))
+        async for _ in short:
+            pass
+        await stream.aclose()
+        return engine.runner.decode_steps_during_prefill - before
+
+    mixed_steps = run_with_pool(
+        tiny_dir, body, prefill_step_tokens=512, paced_prompt_tokens=paced_prompt_tokens
+    )
+    if paced:
+        assert mixed_steps >= 2  # cut into paced chunks beside the decoding stream
+    else:
+        assert mixed_steps == 1  # all 200 tokens in one step
+
+
 def test_a_failing_step_fails_its_requests_and_the_engine_goes_on(tiny_dir, monkeypatch):
     real = runner_module.EngineRunner._batch_step
     calls = []
