@@ -16,6 +16,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -195,7 +196,17 @@ def main() -> None:
         ).stdout.strip(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "mlx_lm": run_server("mlx_lm", peer_cmd, port, env, "default_model", levels, args),
-        "omlx": run_server("omlx", omlx_cmd, port, env, model_dir.name, levels, args),
+        # A fresh cold-tier dir: blocks left by an earlier run would turn this run's
+        # (deterministic) prompts into cache hits.
+        "omlx": run_server(
+            "omlx",
+            omlx_cmd,
+            port,
+            {**env, "OMLX_CACHE__COLD_DIR": tempfile.mkdtemp()},
+            model_dir.name,
+            levels,
+            args,
+        ),
     }
     command = "python benchmarks/serving_bench.py " + " ".join(sys.argv[1:])
     res["command"] = command
