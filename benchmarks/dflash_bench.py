@@ -25,27 +25,70 @@ from omlx.draft.loop import DFlashDrafter, DFlashGenerator, DFlashParams
 from omlx.draft.random_init import draft_config_for, random_draft
 
 SHAPES = {  # Qwen3 dense shapes; "tiny" runs anywhere in seconds
-    "tiny": dict(hidden_size=64, num_hidden_layers=4, intermediate_size=128,
-                 num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=512),
-    "qwen3-0.6b": dict(hidden_size=1024, num_hidden_layers=28, intermediate_size=3072,
-                       num_attention_heads=16, num_key_value_heads=8, head_dim=128,
-                       vocab_size=151936),
-    "qwen3-4b": dict(hidden_size=2560, num_hidden_layers=36, intermediate_size=9728,
-                     num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-                     vocab_size=151936),
-    "qwen3-8b": dict(hidden_size=4096, num_hidden_layers=36, intermediate_size=12288,
-                     num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-                     vocab_size=151936),
+    "tiny": dict(
+        hidden_size=64,
+        num_hidden_layers=4,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=512,
+    ),
+    "qwen3-0.6b": dict(
+        hidden_size=1024,
+        num_hidden_layers=28,
+        intermediate_size=3072,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=151936,
+    ),
+    "qwen3-4b": dict(
+        hidden_size=2560,
+        num_hidden_layers=36,
+        intermediate_size=9728,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=151936,
+    ),
+    "qwen3-8b": dict(
+        hidden_size=4096,
+        num_hidden_layers=36,
+        intermediate_size=12288,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=151936,
+    ),
 }
 HYBRID_SHAPES = {  # qwen3_5 (GatedDeltaNet + attention every 4th layer); not a release's shape
-    "hybrid-tiny": dict(hidden_size=64, num_hidden_layers=4, intermediate_size=128,
-                        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                        vocab_size=512, linear_num_value_heads=4, linear_num_key_heads=2,
-                        linear_key_head_dim=32, linear_value_head_dim=32),
-    "hybrid-2k": dict(hidden_size=2048, num_hidden_layers=24, intermediate_size=6144,
-                      num_attention_heads=16, num_key_value_heads=2, head_dim=256,
-                      vocab_size=151936, linear_num_value_heads=32, linear_num_key_heads=16,
-                      linear_key_head_dim=128, linear_value_head_dim=128),
+    "hybrid-tiny": dict(
+        hidden_size=64,
+        num_hidden_layers=4,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=512,
+        linear_num_value_heads=4,
+        linear_num_key_heads=2,
+        linear_key_head_dim=32,
+        linear_value_head_dim=32,
+    ),
+    "hybrid-2k": dict(
+        hidden_size=2048,
+        num_hidden_layers=24,
+        intermediate_size=6144,
+        num_attention_heads=16,
+        num_key_value_heads=2,
+        head_dim=256,
+        vocab_size=151936,
+        linear_num_value_heads=32,
+        linear_num_key_heads=16,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+    ),
 }
 SHAPES.update(HYBRID_SHAPES)
 
@@ -74,17 +117,29 @@ class SimulatedDrafter:
 def build_target(shape: str, dtype: mx.Dtype):
     if shape in HYBRID_SHAPES:
         qwen3_5 = importlib.import_module("mlx_lm.models.qwen3_5")
-        text = dict(HYBRID_SHAPES[shape], model_type="qwen3_5_text", full_attention_interval=4,
-                    linear_conv_kernel_dim=4, tie_word_embeddings=False)
+        text = dict(
+            HYBRID_SHAPES[shape],
+            model_type="qwen3_5_text",
+            full_attention_interval=4,
+            linear_conv_kernel_dim=4,
+            tie_word_embeddings=False,
+        )
         mx.random.seed(0)
-        model = qwen3_5.Model(qwen3_5.ModelArgs.from_dict({"model_type": "qwen3_5",
-                                                           "text_config": text}))
+        model = qwen3_5.Model(
+            qwen3_5.ModelArgs.from_dict({"model_type": "qwen3_5", "text_config": text})
+        )
         model.set_dtype(dtype)
         mx.eval(model.parameters())
         return model
     qwen3 = importlib.import_module("mlx_lm.models.qwen3")
-    args = dict(SHAPES[shape], model_type="qwen3", rms_norm_eps=1e-6, rope_theta=1e6,
-                max_position_embeddings=40960, tie_word_embeddings=False)
+    args = dict(
+        SHAPES[shape],
+        model_type="qwen3",
+        rms_norm_eps=1e-6,
+        rope_theta=1e6,
+        max_position_embeddings=40960,
+        tie_word_embeddings=False,
+    )
     mx.random.seed(0)
     model = qwen3.Model(qwen3.ModelArgs.from_dict(args))
     model.set_dtype(dtype)
@@ -117,11 +172,14 @@ def main() -> None:
     cont = plain.tokens
     plain = plain_generate(target, prompt, params)
     plain_tps = len(plain.tokens) / (plain.total_s - plain.prefill_s)
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True).stdout.strip()
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     runs = [("random", generator)] + [
-        (f"tau={t}", DFlashGenerator(generator.target,
-                                     SimulatedDrafter(generator.drafter, prompt, cont, t)))
+        (
+            f"tau={t}",
+            DFlashGenerator(generator.target, SimulatedDrafter(generator.drafter, prompt, cont, t)),
+        )
         for t in (int(x) for x in a.taus.split(","))
     ]
     for name, gen in runs:
@@ -132,14 +190,26 @@ def main() -> None:
         s = run.stats
         decode_tps = len(tokens) / s.decode_s if s.decode_s else 0.0
         line = {
-            "bench": "dflash", "git": sha, "device": str(mx.default_device()),
-            "host": platform.node(), "shape": a.shape, "dtype": a.dtype, "draft": name,
-            "prompt_tokens": a.prompt_tokens, "max_tokens": a.max_tokens,
-            "identical": tokens == plain.tokens, "acceptance_length": s.acceptance_length,
-            "plain_decode_tps": plain_tps, "dflash_decode_tps": decode_tps,
-            "speedup": decode_tps / plain_tps, "cycles": s.num_cycles,
-            "draft_s": s.draft_s, "verify_s": s.verify_s, "rollback_s": s.rollback_s,
-            "prefill_s": s.prefill_s, "wall_s": time.perf_counter() - start,
+            "bench": "dflash",
+            "git": sha,
+            "device": str(mx.default_device()),
+            "host": platform.node(),
+            "shape": a.shape,
+            "dtype": a.dtype,
+            "draft": name,
+            "prompt_tokens": a.prompt_tokens,
+            "max_tokens": a.max_tokens,
+            "identical": tokens == plain.tokens,
+            "acceptance_length": s.acceptance_length,
+            "plain_decode_tps": plain_tps,
+            "dflash_decode_tps": decode_tps,
+            "speedup": decode_tps / plain_tps,
+            "cycles": s.num_cycles,
+            "draft_s": s.draft_s,
+            "verify_s": s.verify_s,
+            "rollback_s": s.rollback_s,
+            "prefill_s": s.prefill_s,
+            "wall_s": time.perf_counter() - start,
         }
         print(json.dumps(line), flush=True)
         if a.out:

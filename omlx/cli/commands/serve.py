@@ -64,8 +64,9 @@ def serve(
         + _env("draft.path"),
     ),
     dflash: bool = typer.Option(
-        False, "--dflash", help="Serve the default model with DFlash (draft: --draft or "
-        "draft.path, else 'random')",
+        False,
+        "--dflash",
+        help="Serve the default model with DFlash (draft: --draft or draft.path, else 'random')",
     ),
     log_level: str = typer.Option(None, help=f"DEBUG|INFO|WARNING|ERROR {_env('log.level')}"),
     config: Path = typer.Option(
