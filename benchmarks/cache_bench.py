@@ -16,9 +16,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -83,20 +80,16 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="short prompts, 2 turns")
     args = ap.parse_args()
     from omlx.engine.default_model import ensure_default_model
-    from omlx.loadgen.server_process import free_port
+    from omlx.loadgen.server_process import free_port, mlx_lm_command, omlx_command, run_facts
     from omlx.settings import omlx_home
 
     model_dir = ensure_default_model(omlx_home() / "models")
     words, turns, conv_words = (200, 2, 60) if args.smoke else (1800, 6, 400)
     prompt = [{"role": "user", "content": "Summarise: " + _text(words, 7)}]
     port = free_port()
-    res: dict = {"model": model_dir.name, "git": subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-        "date": time.strftime("%Y-%m-%d %H:%M")}  # fmt: skip
+    res: dict = {"model": model_dir.name, **run_facts()}
     with tempfile.TemporaryDirectory() as cold:
-        omlx_cmd = [sys.executable, "-m", "omlx.cli.main", "serve", "--model", str(model_dir),
-                    "--port", str(port)]  # fmt: skip
+        omlx_cmd = omlx_command(model_dir, port)
         cold_env = {"OMLX_CACHE__COLD_DIR": cold}
         m = model_dir.name
         with start(omlx_cmd, port, cold_env) as base:
@@ -105,16 +98,7 @@ def main() -> None:
         with start(omlx_cmd, port, cold_env) as base:
             res["omlx_cold_after_restart"] = asyncio.run(ttft(base, m, prompt, 8))
             res["omlx_turns"] = asyncio.run(conversation(base, m, turns, conv_words))
-    peer = [
-        sys.executable,
-        "-m",
-        "mlx_lm",
-        "server",
-        "--model",
-        str(model_dir),
-        "--port",
-        str(port),
-    ]
+    peer = mlx_lm_command(model_dir, port)
     with start(peer, port) as base:
         res["mlx_lm_first"] = asyncio.run(ttft(base, "default_model", prompt, 8))
         res["mlx_lm_repeat"] = asyncio.run(ttft(base, "default_model", prompt, 8))

@@ -12,16 +12,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from omlx.loadgen.scenarios import run_interference, run_level
-from omlx.loadgen.server_process import free_port, server_process
+from omlx.loadgen.server_process import (
+    free_port,
+    mlx_lm_command,
+    omlx_command,
+    run_facts,
+    server_process,
+)
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -167,34 +169,12 @@ def main() -> None:
     env = blas_env(args.blas)
     RESULTS.mkdir(exist_ok=True)
     port = free_port()
-    peer_cmd = [
-        sys.executable,
-        "-m",
-        "mlx_lm",
-        "server",
-        "--model",
-        str(model_dir),
-        "--port",
-        str(port),
-    ]
-    omlx_cmd = [
-        sys.executable,
-        "-m",
-        "omlx.cli.main",
-        "serve",
-        "--model",
-        str(model_dir),
-        "--port",
-        str(port),
-    ]
+    peer_cmd = mlx_lm_command(model_dir, port)
+    omlx_cmd = omlx_command(model_dir, port)
     res = {
         "model_name": model_dir.name,
         "blas": args.blas,
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "git": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        **run_facts(),
         "mlx_lm": run_server("mlx_lm", peer_cmd, port, env, "default_model", levels, args),
         # A fresh cold-tier dir: blocks left by an earlier run would turn this run's
         # (deterministic) prompts into cache hits.

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,3 +68,25 @@ def server_process(
             proc.wait()
         if log_path:
             log.close()  # type: ignore[union-attr]
+
+
+def omlx_command(model_dir: Path, port: int) -> list[str]:
+    """`omlx serve` for one model folder, as benchmarks start it."""
+    return [sys.executable, "-m", "omlx.cli.main", "serve", "--model", str(model_dir),
+            "--port", str(port)]  # fmt: skip
+
+
+def mlx_lm_command(model_dir: Path, port: int) -> list[str]:
+    """mlx-lm's own server, the first peer; it serves the model as "default_model"."""
+    return [sys.executable, "-m", "mlx_lm", "server", "--model", str(model_dir),
+            "--port", str(port)]  # fmt: skip
+
+
+def run_facts() -> dict[str, str]:
+    """Date, git revision and machine for a benchmark's result file."""
+    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "git": git.stdout.strip(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+    }
