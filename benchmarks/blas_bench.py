@@ -114,7 +114,7 @@ def main() -> None:
 
     fast_env = optimized_env()
     if fast_env is None:
-        raise SystemExit("no optimized BLAS applies here (Linux + mlx-cpu + cmeel-openblas)")
+        raise SystemExit("no optimized BLAS applies here (Linux + mlx-cpu + ngsolve-openblas)")
     model = Path(args.model) if args.model else model_dir(args.smoke)
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     load = os.getloadavg()[0]

@@ -6,9 +6,11 @@ LAPACK (`sgetrf_`, ...) symbols, so a library preloaded before it serves those c
 running process cannot preload, so the `omlx` entry point re-executes itself once with
 `LD_PRELOAD` set (`reexec_with_blas`); execve keeps the pid, argv, stdin and exit code.
 
-`OMLX_BLAS` chooses: unset or `auto` (OpenBLAS from the `cmeel-openblas` package, else a
-system `libopenblas.so.0`), `off` (the bundled reference BLAS), or a path to a shared
-library exporting cblas/LAPACK symbols (MKL's `libmkl_rt.so`, say). Only Linux with the
+`OMLX_BLAS` chooses: unset or `auto` (OpenBLAS from the `ngsolve-openblas` package, a
+DYNAMIC_ARCH build that picks its kernels for the CPU it runs on; else a system
+`libopenblas.so.0`; else `cmeel-openblas` where this CPU runs its single-target build),
+`off` (the bundled reference BLAS), or a path to a shared library exporting cblas/LAPACK
+symbols (MKL's `libmkl_rt.so`, say). Only Linux with the
 mlx-cpu backend: macOS uses Accelerate and CUDA does its matmuls on the GPU.
 
 This module is pure Python and never imports MLX: the decision runs before MLX loads.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import importlib.metadata
+import mmap
 import os
 import sys
 import tempfile
@@ -33,6 +36,11 @@ ENV_CHOICE = "OMLX_BLAS"
 ENV_MARKER = "OMLX_BLAS_PRELOADED"
 OFF_VALUES = frozenset({"off", "0", "false", "no", "none", "reference"})
 CMEEL_LIBRARY = "cmeel.prefix/lib/libopenblas.so.0"
+NGSOLVE_GLOB = "ngsolve_openblas/libopenblas*.so*"
+# Kernel targets of single-target OpenBLAS builds that execute AVX-512 instructions: on a
+# CPU (or VM) without avx512f they die of SIGILL at the first matmul.
+AVX512_TARGETS = ("SKYLAKEX", "COOPERLAKE", "SAPPHIRERAPIDS", "ZEN5")
+CPUINFO = Path("/proc/cpuinfo")
 SYSTEM_OPENBLAS = "libopenblas.so.0"
 GFORTRAN = "libgfortran.so.5"
 LD_SO_CACHE = Path("/etc/ld.so.cache")
@@ -75,9 +83,9 @@ def decide(env: Mapping[str, str], *, platform: str = sys.platform) -> BlasDecis
                 "library exporting cblas/LAPACK symbols"
             )
         return BlasDecision(BlasPlan(str(path.resolve()), ENV_CHOICE), "chosen by OMLX_BLAS")
-    plan = _cmeel_openblas() or _system_openblas()
+    plan = _ngsolve_openblas() or _system_openblas() or _cmeel_openblas()
     if plan is None:
-        return BlasDecision(None, "no OpenBLAS found (pip install cmeel-openblas)")
+        return BlasDecision(None, "no OpenBLAS found (pip install ngsolve-openblas)")
     return BlasDecision(plan, f"found {plan.source}")
 
 
@@ -215,19 +223,68 @@ def blas_description() -> str:
     return f"{_openblas_config() or Path(library).name}, preloaded from {library}"
 
 
+def _ngsolve_openblas() -> BlasPlan | None:
+    try:
+        dist = importlib.metadata.distribution("ngsolve-openblas")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    found = sorted(Path(str(dist.locate_file("."))).glob(NGSOLVE_GLOB))
+    return _with_fortran(found[0], "ngsolve-openblas") if found else None
+
+
 def _cmeel_openblas() -> BlasPlan | None:
     try:
         dist = importlib.metadata.distribution("cmeel-openblas")
     except importlib.metadata.PackageNotFoundError:
         return None
     library = Path(str(dist.locate_file(CMEEL_LIBRARY)))
-    if not library.is_file():
+    if not library.is_file() or not runs_on_this_cpu(library):
         return None
-    # cmeel's OpenBLAS needs the Fortran runtime; mlx-cpu ships one under a hashed name.
+    return _with_fortran(library, "cmeel-openblas")
+
+
+def _with_fortran(library: Path, source: str) -> BlasPlan | None:
+    # These OpenBLAS builds need the Fortran runtime; mlx-cpu ships one under a hashed name.
     dirs = () if _system_has(GFORTRAN) else _gfortran_shim()
     if dirs is None:
         return None
-    return BlasPlan(str(library), "cmeel-openblas", dirs)
+    return BlasPlan(str(library), source, dirs)
+
+
+def runs_on_this_cpu(library: Path, cpu_flags: frozenset[str] | None = None) -> bool:
+    """False for a single-target OpenBLAS built for AVX-512 on a CPU without it.
+
+    The build's config string ("OpenBLAS 0.3.31 NO_AFFINITY SKYLAKEX ...") is read from
+    the file, not by loading it: loading is safe, but the first matmul would not be.
+    """
+    config = openblas_build_config(library)
+    if config is None or "DYNAMIC_ARCH" in config:
+        return True
+    flags = cpu_flags if cpu_flags is not None else _cpu_flags()
+    return "avx512f" in flags or not any(t in config.split() for t in AVX512_TARGETS)
+
+
+def openblas_build_config(library: Path) -> str | None:
+    try:
+        with open(library, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            at = m.find(b"OpenBLAS 0.")
+            if at < 0:
+                return None
+            end = m.find(b"\0", at, at + 200)
+            return m[at : end if end > 0 else at + 200].decode(errors="replace")
+    except (OSError, ValueError):
+        return None
+
+
+def _cpu_flags() -> frozenset[str]:
+    try:
+        text = CPUINFO.read_text(errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.partition(":")[2].split())
+    return frozenset()
 
 
 def _system_openblas() -> BlasPlan | None:

@@ -49,17 +49,42 @@ def test_explicit_missing_library_is_a_clear_error(cpu_backend, tmp_path):
 
 
 def test_auto_without_any_openblas(cpu_backend, monkeypatch):
+    monkeypatch.setattr(blas, "_ngsolve_openblas", lambda: None)
     monkeypatch.setattr(blas, "_cmeel_openblas", lambda: None)
     monkeypatch.setattr(blas, "_system_openblas", lambda: None)
     decision = decide({}, platform="linux")
-    assert decision.plan is None and "pip install cmeel-openblas" in decision.reason
+    assert decision.plan is None and "pip install ngsolve-openblas" in decision.reason
 
 
-def test_auto_prefers_the_pypi_package(cpu_backend, monkeypatch):
+def test_auto_prefers_the_dynamic_arch_package(cpu_backend, monkeypatch):
+    ngsolve = BlasPlan("/x/libopenblasp-r0.3.33.so", "ngsolve-openblas", ("/shim",))
     cmeel = BlasPlan("/x/libopenblas.so.0", "cmeel-openblas", ("/shim",))
+    system = BlasPlan("libopenblas.so.0", "system")
+    monkeypatch.setattr(blas, "_ngsolve_openblas", lambda: ngsolve)
     monkeypatch.setattr(blas, "_cmeel_openblas", lambda: cmeel)
-    monkeypatch.setattr(blas, "_system_openblas", lambda: BlasPlan("libopenblas.so.0", "system"))
+    monkeypatch.setattr(blas, "_system_openblas", lambda: system)
+    assert decide({"OMLX_BLAS": "auto"}, platform="linux").plan == ngsolve
+    monkeypatch.setattr(blas, "_ngsolve_openblas", lambda: None)
+    assert decide({"OMLX_BLAS": "auto"}, platform="linux").plan == system
+    monkeypatch.setattr(blas, "_system_openblas", lambda: None)
     assert decide({"OMLX_BLAS": "auto"}, platform="linux").plan == cmeel
+
+
+@pytest.mark.parametrize(
+    ("config", "flags", "runs"),
+    [
+        (b"OpenBLAS 0.3.31 NO_AFFINITY SKYLAKEX MAX_THREADS=4", {"avx2", "fma"}, False),
+        (b"OpenBLAS 0.3.31 NO_AFFINITY SKYLAKEX MAX_THREADS=4", {"avx2", "avx512f"}, True),
+        (b"OpenBLAS 0.3.29 NO_AFFINITY ZEN MAX_THREADS=64", {"avx2", "fma"}, True),
+        (b"OpenBLAS 0.3.33 DYNAMIC_ARCH NO_AFFINITY Zen MAX_THREADS=128", {"sse2"}, True),
+        (b"", {"avx2"}, True),  # no config string found: trust it
+    ],
+)
+def test_single_target_avx512_builds_are_refused_without_avx512(tmp_path, config, flags, runs):
+    # The 0.3.31 cmeel-openblas wheel (SKYLAKEX) died of SIGILL on an AVX2-only EPYC VM.
+    library = tmp_path / "libopenblas.so.0"
+    library.write_bytes(b"\x7fELF" + b"\0" * 64 + config + b"\0tail")
+    assert blas.runs_on_this_cpu(library, frozenset(flags)) is runs
 
 
 def test_preload_env_prepends_and_marks():
