@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.generate import BatchGenerator, StopSequences
+from mlx_lm.generate import StopSequences
 
 from omlx.engine.api import (
     FinishReason,
@@ -37,6 +37,7 @@ from omlx.engine.commands import (
 )
 from omlx.engine.detokenize import TextStream
 from omlx.engine.events import Outbox
+from omlx.engine.fused_join import FusedJoinBatchGenerator
 from omlx.engine.live import Finished, Live, done_event, failed_event
 from omlx.engine.loading import LoadedModel, load_text_model
 from omlx.engine.metrics import EngineMetrics
@@ -138,7 +139,7 @@ class EngineRunner:
     def _new_generator(self) -> Any:
         assert self._lm is not None
         # A stream made on this thread: MLX streams are thread-bound.
-        return BatchGenerator(
+        return FusedJoinBatchGenerator(
             self._lm.model,
             completion_batch_size=self.settings.max_running,
             prefill_batch_size=self.settings.prefill_batch_size,

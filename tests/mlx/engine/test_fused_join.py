@@ -1,0 +1,116 @@
+"""FusedJoinBatchGenerator emits what mlx-lm's BatchGenerator emits, with fewer forwards."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+from mlx_lm.generate import BatchGenerator, StopSequences
+from mlx_lm.sample_utils import make_logits_processors
+
+from omlx.engine.fused_join import FusedJoinBatchGenerator
+from tests.fixtures.tiny_models import build_tiny_in_memory
+
+pytestmark = pytest.mark.timeout(120)
+
+# (step to insert at, prompt, max_tokens, stop token or None, repetition penalty or None)
+ARRIVALS = [
+    (0, [5, 9, 14, 3, 7, 2], 12, None, None),
+    (0, [8, 1, 4], 1, None, None),  # max_tokens=1: its one token is its first
+    (2, [11, 12, 13, 14, 15, 16, 17, 18, 19], 9, None, 1.3),
+    (3, [4], 7, None, None),  # a one-token prompt: nothing to prefill but the join
+    (3, [6, 6, 6, 2, 1], 10, None, None),
+    (7, [20, 21, 22, 23], 15, None, None),
+]
+
+
+class CountingModel:
+    """Wraps a model to count forward passes (what a join used to cost)."""
+
+    def __init__(self, model):
+        self.model, self.calls = model, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.model(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def run(generator_class, model, arrivals, stop_of=None):
+    """Per-arrival token lists and finish reasons, and the number of forward passes."""
+    counting = CountingModel(model)
+    gen = generator_class(counting, completion_batch_size=8, prefill_batch_size=2)
+    uid_of, out, reasons, step = {}, {}, {}, 0
+    pending = list(enumerate(arrivals))
+    while pending or len(reasons) < len(arrivals):
+        for i, (at, prompt, max_tokens, stop, penalty) in [p for p in pending if p[1][0] <= step]:
+            pending.remove((i, (at, prompt, max_tokens, stop, penalty)))
+            stops = StopSequences([(stop,)] if stop is not None else None)
+            procs = make_logits_processors(repetition_penalty=penalty) if penalty else []
+            [uid] = gen.insert(
+                [prompt],
+                max_tokens=[max_tokens],
+                stop_sequences=[stops],
+                logits_processors=[procs],
+            )
+            uid_of[uid] = i
+            out[i] = []
+        _, responses = gen.next()
+        for r in responses:
+            i = uid_of[r.uid]
+            out[i].append(r.token)
+            if r.finish_reason is not None:
+                reasons[i] = (r.finish_reason, list(r.all_tokens))
+        step += 1
+        assert step < 200, "generation did not finish"
+    gen.close()
+    return out, reasons, counting.calls
+
+
+@pytest.fixture(scope="module")
+def model():
+    m = build_tiny_in_memory("llama")
+    mx.eval(m.parameters())
+    return m
+
+
+def test_greedy_tokens_and_finish_reasons_match_mlx_lm(model):
+    ref, ref_reasons, ref_calls = run(BatchGenerator, model, ARRIVALS)
+    got, got_reasons, got_calls = run(FusedJoinBatchGenerator, model, ARRIVALS)
+    assert got == ref
+    assert got_reasons == ref_reasons  # including all_tokens, the cache's token list
+    assert [len(got[i]) for i in range(len(ARRIVALS))] == [a[2] for a in ARRIVALS]
+    # mlx-lm runs one extra forward per group of joining sequences; fused runs none.
+    assert got_calls < ref_calls
+
+
+def test_stop_token_as_first_generated_token_and_as_last_prompt_token(model):
+    # The stop token the reference generates first for one prompt; a prompt ending in it
+    # must not stop before generating (the prompt token is never stop-matched).
+    ref, _, _ = run(BatchGenerator, model, [(0, [5, 9, 14], 6, None, None)])
+    first = ref[0][0]
+    arrivals = [
+        (0, [5, 9, 14], 6, first, None),
+        (1, [3, 4, first], 5, first, None),
+        (1, [7, 7, 8], 8, None, None),
+    ]
+    ref, ref_reasons, _ = run(BatchGenerator, model, arrivals)
+    got, got_reasons, _ = run(FusedJoinBatchGenerator, model, arrivals)
+    assert got == ref and got_reasons == ref_reasons
+    assert got[0] == [first] and got_reasons[0][0] == "stop"
+
+
+def test_removing_a_sequence_before_its_first_token(model):
+    gen = FusedJoinBatchGenerator(model, completion_batch_size=8, prefill_batch_size=4)
+    [a, b] = gen.insert([[5, 9, 14, 3], [8, 1, 4]], max_tokens=[6, 6])
+    gen.next()  # prefill; both join primed
+    gen.remove([a])
+    tokens = []
+    for _ in range(10):
+        _, responses = gen.next()
+        assert all(r.uid == b for r in responses)
+        tokens += [r.token for r in responses]
+    gen.close()
+    ref, _, _ = run(BatchGenerator, model, [(0, [8, 1, 4], 6, None, None)])
+    assert tokens == ref[0]
