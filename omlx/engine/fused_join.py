@@ -1,4 +1,4 @@
-"""A BatchGenerator whose newly prefilled sequences join the running batch without a forward of their own.
+"""A BatchGenerator whose prefilled sequences join the running batch with no forward of their own.
 
 mlx-lm moves a sequence from prefill to decode by building a GenerationBatch for it, whose
 constructor runs one forward pass over its last prompt token, and then concatenating that
