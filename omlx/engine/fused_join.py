@@ -21,11 +21,6 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch
 
-# Stands in for the log-probabilities of a primed row's pending input (the prompt token
-# has none to report); never read.
-_NO_LOGPROBS = mx.zeros((1,))
-
-
 class PrimedGenerationBatch(GenerationBatch):
     """A GenerationBatch some of whose rows still have their last prompt token pending."""
 
@@ -35,7 +30,9 @@ class PrimedGenerationBatch(GenerationBatch):
         self._defer_step = False
         self._primed = [primed] * len(self.uids)
         if primed:
-            self._next_logprobs = [_NO_LOGPROBS] * len(self.uids)
+            # Stands in for the log-probabilities of the pending prompt token (never read).
+            # Made here, on the engine thread: MLX arrays are bound to their thread's stream.
+            self._next_logprobs = [mx.zeros((1,))] * len(self.uids)
 
     def _step(self) -> Any:
         if self._defer_step:

@@ -13,10 +13,10 @@ PROMPT = [3, 17, 42, 99, 5, 128, 7, 64, 11, 200]
 BLOCK = [31, 8, 150, 77, 2, 190, 45, 66, 12, 9, 240, 101, 18, 54, 87, 123]
 
 
-# Relative as well as absolute: a 16-token verify and a 5-token re-prefill run different
-# GEMM shapes, and OpenBLAS's Zen kernels round keys of magnitude ~2.4 about 1e-5 apart
-# (5e-6 relative, some 20 ULP), where its SKYLAKEX kernels stayed under 1e-5.
-TOL = {"atol": 1e-5, "rtol": 1e-5}
+# A 16-token verify and a 5-token re-prefill run different GEMM shapes: OpenBLAS's Zen
+# kernels put keys up to 2.2e-5 apart (its SKYLAKEX kernels stayed under 1e-5), so the
+# caches get the tolerance the hidden states and logits below already have.
+TOL = {"atol": 1e-4, "rtol": 1e-4}
 
 
 def _assert_caches_close(got: list, want: list) -> None:
