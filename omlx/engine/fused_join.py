@@ -21,6 +21,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch
 
+
 class PrimedGenerationBatch(GenerationBatch):
     """A GenerationBatch some of whose rows still have their last prompt token pending."""
 
