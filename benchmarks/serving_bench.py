@@ -49,16 +49,19 @@ def blas_env(mode: str) -> dict[str, str]:
     return env
 
 
-async def measure(base: str, model: str, levels: list[int], args) -> dict:
-    out: dict = {"levels": [], "interference": None, "burst": None}
+async def measure_levels(
+    base: str, model: str, levels: list[int], prompt_words: int, max_tokens: int
+) -> list[dict]:
+    """The concurrency sweep: 2x concurrency requests (at least 4) per level."""
+    out = []
     for salt, conc in enumerate(levels):
         r = await run_level(
             base,
             model,
             concurrency=conc,
             num_requests=max(2 * conc, 4),
-            prompt_words=args.prompt_words,
-            max_tokens=args.max_tokens,
+            prompt_words=prompt_words,
+            max_tokens=max_tokens,
             salt=salt + 1,
         )
         print(
@@ -66,7 +69,13 @@ async def measure(base: str, model: str, levels: list[int], args) -> dict:
             f"failed {r.num_failed}",
             flush=True,
         )
-        out["levels"].append(r.to_dict())
+        out.append(r.to_dict())
+    return out
+
+
+async def measure(base: str, model: str, levels: list[int], args) -> dict:
+    out: dict = {"levels": [], "interference": None, "burst": None}
+    out["levels"] = await measure_levels(base, model, levels, args.prompt_words, args.max_tokens)
     inter = await run_interference(
         base,
         model,
