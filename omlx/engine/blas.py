@@ -10,8 +10,8 @@ running process cannot preload, so the `omlx` entry point re-executes itself onc
 DYNAMIC_ARCH build that picks its kernels for the CPU it runs on; else a system
 `libopenblas.so.0`; else `cmeel-openblas` where this CPU runs its single-target build),
 `off` (the bundled reference BLAS), or a path to a shared library exporting cblas/LAPACK
-symbols (MKL's `libmkl_rt.so`, say). Only Linux with the
-mlx-cpu backend: macOS uses Accelerate and CUDA does its matmuls on the GPU.
+symbols (MKL's `libmkl_rt.so`, say). Only Linux with the mlx-cpu backend: macOS uses
+Accelerate and CUDA does its matmuls on the GPU.
 
 This module is pure Python and never imports MLX: the decision runs before MLX loads.
 """
