@@ -16,6 +16,7 @@ import asyncio
 import json
 import platform
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -97,6 +98,7 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny random model, few tokens")
     args = ap.parse_args()
     if args.smoke:
+        sys.path.insert(0, str(Path(__file__).parents[1]))  # the repo's tests package
         from tests.fixtures.tiny_models import build_tiny_model
 
         args.model = build_tiny_model("llama", Path(tempfile.mkdtemp()) / "tiny")
