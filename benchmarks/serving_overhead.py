@@ -1,7 +1,7 @@
 """Serving overhead, batch-1 decode: bare mlx-lm loop, omlx engine, omlx HTTP, mlx_lm.server.
 
     python benchmarks/serving_overhead.py [--shape qwen3-8b] [--dtype bfloat16]
-        [--tokenizer DIR] [--tokens 256] [--rounds 3] [--workdir DIR] [--smoke] [--out FILE]
+        [--tokenizer DIR] [--tokens 256] [--rounds 5] [--workdir DIR] [--smoke] [--out FILE] [--build-only]
 
 The model is random-weight of a real shape (dflash_bench.build_target) saved as an MLX
 model folder with a real tokenizer (default: the default model's). Rows of lm_head that
@@ -168,6 +168,7 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, help="where the model folder goes (default: tmp)")
     ap.add_argument("--smoke", action="store_true", help="tiny shape, few tokens")
     ap.add_argument("--out", type=Path, help="append the JSON line to this file")
+    ap.add_argument("--build-only", action="store_true", help="make the model folder, print it")
     args = ap.parse_args()
     if args.smoke:
         args.shape, args.dtype, args.tokens, args.rounds = "tiny", "float32", 16, 1
@@ -188,6 +189,9 @@ def main() -> None:
     if not (model_dir / "config.json").exists():
         build_model_dir(args.shape, args.dtype, args.tokenizer, model_dir)
         mx.clear_cache()  # the builder's copy is gone; its buffers need not stay cached
+    if args.build_only:
+        print(model_dir)
+        return
     result = asyncio.run(measure(model_dir, args.tokens, args.rounds, work))
     line = json.dumps(
         {
