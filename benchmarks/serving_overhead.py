@@ -1,7 +1,8 @@
 """Serving overhead, batch-1 decode: bare mlx-lm loop, omlx engine, omlx HTTP, mlx_lm.server.
 
     python benchmarks/serving_overhead.py [--shape qwen3-8b] [--dtype bfloat16]
-        [--tokenizer DIR] [--tokens 256] [--rounds 5] [--workdir DIR] [--smoke] [--out FILE] [--build-only]
+        [--tokenizer DIR] [--tokens 256] [--rounds 5] [--workdir DIR] [--smoke]
+        [--out FILE] [--build-only]
 
 The model is random-weight of a real shape (dflash_bench.build_target) saved as an MLX
 model folder with a real tokenizer (default: the default model's). Rows of lm_head that
