@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
@@ -54,8 +55,13 @@ async def stream_chat(
     max_tokens: int,
     api_key: str = "",
     temperature: float = 0.0,
+    stop: asyncio.Event | None = None,
 ) -> RequestTiming:
-    """POST a streamed chat completion and record when each content chunk arrives."""
+    """POST a streamed chat completion and record when each content chunk arrives.
+
+    When `stop` is set the stream is closed at its next line (the server sees a
+    disconnect); what arrived until then counts as a complete timing.
+    """
     body = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
@@ -81,6 +87,8 @@ async def stream_chat(
                 if data == "[DONE]":
                     break
                 num_chunks += _absorb_chunk(timing, json.loads(data))
+                if stop is not None and stop.is_set():
+                    break
         timing.ok = True
     except (httpx.HTTPError, json.JSONDecodeError) as e:
         timing.error = f"{type(e).__name__}: {e}"

@@ -96,7 +96,13 @@ async def run_level(
 
 @dataclass(slots=True)
 class InterferenceResult:
-    """How running streams fare while another request prefills a long prompt."""
+    """How running streams fare while another request prefills a long prompt.
+
+    A stream's decode step slows as its context grows, so the gaps during the prefill are
+    read against a control run of the same streams alone (greedy, same prompts: the same
+    tokens) at the same chunk indices; the gaps from before the long prompt, at shorter
+    contexts, are kept as a second, naive reading.
+    """
 
     num_streams: int
     long_prompt_tokens: int
@@ -104,7 +110,10 @@ class InterferenceResult:
     gap_before_ms: float | None  # median inter-token gap of the streams before the long prompt
     gap_during_ms: float | None  # median gap while the long prompt was prefilling
     max_gap_during_ms: float | None
-    speed_kept: float | None  # gap_before / gap_during: 1.0 = undisturbed
+    control_gap_ms: float | None  # mean gap of the control run at the same chunk indices
+    speed_kept: float | None  # control / during, summed over those indices: 1.0 = undisturbed
+    speed_kept_vs_before: float | None  # mean gap before / mean gap during
+    gaps_during: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -116,20 +125,23 @@ async def run_interference(
     *,
     num_streams: int = 4,
     long_prompt_words: int = 1000,
-    max_tokens: int = 200,
+    max_tokens: int = 4000,
     warmup_s: float = 3.0,
     api_key: str = "",
     timeout_s: float = 900.0,
 ) -> InterferenceResult:
-    """Start decode streams, then a long prompt; compare the streams' gaps before/during."""
+    """Decode streams, then a long prompt; then the same streams alone (the control).
+
+    The streams run until the long prompt's first token arrives (at most max_tokens).
+    """
+    prompts = [filler_prompt(20, 9000 + i) for i in range(num_streams)]
     async with _client(num_streams + 2, timeout_s) as client:
+        stop = asyncio.Event()
         streams = [
             asyncio.create_task(
-                stream_chat(
-                    client, base_url, model, filler_prompt(20, 9000 + i), max_tokens, api_key
-                )
+                stream_chat(client, base_url, model, p, max_tokens, api_key, stop=stop)
             )
-            for i in range(num_streams)
+            for p in prompts
         ]
         await asyncio.sleep(warmup_s)
         long_start = time.perf_counter()
@@ -137,31 +149,39 @@ async def run_interference(
             client, base_url, model, filler_prompt(long_prompt_words, 7777), 1, api_key
         )
         long_first = long.first_token_s or time.perf_counter()
+        stop.set()
         timings = await asyncio.gather(*streams)
-
-    def gaps_in(lo: float, hi: float) -> list[float]:
-        out = []
-        for t in timings:
-            ts = t.chunk_times_s
-            out += [(b - a) * 1000 for a, b in itertools.pairwise(ts) if lo <= b <= hi]
-        return out
-
-    before = gaps_in(0.0, long_start)
-    during = gaps_in(long_start, long_first)
-    # A gap that spans the whole prefill ends just after it: count it as "during".
-    during += [
-        (b - a) * 1000
-        for t in timings
-        for a, b in zip(t.chunk_times_s, t.chunk_times_s[1:], strict=False)
-        if a < long_first < b
-    ]
-    g_before, g_during = percentile(before, 50), percentile(during, 50)
+        last = max((len(t.chunk_times_s) for t in timings), default=0)
+        control = await asyncio.gather(
+            *(stream_chat(client, base_url, model, p, last + 1, api_key) for p in prompts)
+        )
+    # (stream, index of the gap's closing chunk) -> gap in ms, before and during the prefill
+    before: dict[tuple[int, int], float] = {}
+    during: dict[tuple[int, int], float] = {}
+    for s, t in enumerate(timings):
+        for j, (a, b) in enumerate(itertools.pairwise(t.chunk_times_s), start=1):
+            if b < long_start:
+                before[(s, j)] = (b - a) * 1000
+            elif a < long_first:  # ends in the prefill, or spans its end
+                during[(s, j)] = (b - a) * 1000
+    ctrl = {
+        (s, j): (b - a) * 1000
+        for s, t in enumerate(control)
+        for j, (a, b) in enumerate(itertools.pairwise(t.chunk_times_s), start=1)
+    }
+    matched = [k for k in during if k in ctrl]
+    ctrl_sum, during_sum = sum(ctrl[k] for k in matched), sum(during[k] for k in matched)
+    mean_before = sum(before.values()) / len(before) if before else None
+    mean_during = sum(during.values()) / len(during) if during else None
     return InterferenceResult(
         num_streams=num_streams,
         long_prompt_tokens=long.prompt_tokens,
         long_ttft_s=long.ttft_s,
-        gap_before_ms=g_before,
-        gap_during_ms=g_during,
-        max_gap_during_ms=max(during) if during else None,
-        speed_kept=(g_before / g_during) if g_before and g_during else None,
+        gap_before_ms=percentile(list(before.values()), 50),
+        gap_during_ms=percentile(list(during.values()), 50),
+        max_gap_during_ms=max(during.values()) if during else None,
+        control_gap_ms=ctrl_sum / len(matched) if matched else None,
+        speed_kept=ctrl_sum / during_sum if during_sum else None,
+        speed_kept_vs_before=mean_before / mean_during if mean_before and mean_during else None,
+        gaps_during=len(matched),
     )
