@@ -114,3 +114,28 @@ def test_removing_a_sequence_before_its_first_token(model):
     gen.close()
     ref, _, _ = run(BatchGenerator, model, [(0, [8, 1, 4], 6, None, None)])
     assert tokens == ref[0]
+
+
+def test_a_lone_row_decodes_unmasked_with_mlx_lm_s_tokens(model, monkeypatch):
+    # The short prompt is left-padded beside the long one; once the long one finishes it
+    # decodes alone, its padding shifted away, through the maskless path.
+    from omlx.engine import fused_join
+
+    unmasked = []
+    real = fused_join._mask_unless_one_query
+
+    def spy(make_mask, n, return_array=False, window_size=None):
+        got = real(make_mask, n, return_array, window_size)
+        unmasked.append(got is None)
+        return got
+
+    monkeypatch.setattr(fused_join, "_mask_unless_one_query", spy)
+    arrivals = [
+        (0, [5, 9, 14, 3, 7, 2, 11, 4, 8], 3, None, None),
+        (0, [6, 1], 12, None, None),
+        (14, [3, 3, 9, 10, 2], 6, None, None),  # alone from the start
+    ]
+    ref, ref_reasons, _ = run(BatchGenerator, model, arrivals)
+    got, got_reasons, _ = run(FusedJoinBatchGenerator, model, arrivals)
+    assert got == ref and got_reasons == ref_reasons
+    assert any(unmasked)  # the lone-row path ran
