@@ -35,6 +35,16 @@ def default_model_dir() -> Path:
     return ensure_default_model(omlx_home() / "models")
 
 
+def eos_token_ids(model_dir: Path) -> list[int]:
+    """The model's end-of-sequence ids, from config.json and generation_config.json."""
+    ids: set[int] = set()
+    for name in ("config.json", "generation_config.json"):
+        path = model_dir / name
+        value = json.loads(path.read_text()).get("eos_token_id") if path.exists() else None
+        ids.update([value] if isinstance(value, int) else value or [])
+    return sorted(ids)
+
+
 def blas_env(mode: str) -> dict[str, str]:
     """The environment both servers run in: stock (MLX's bundled reference BLAS) or
     preload (the optimized BLAS omlx uses, preloaded for the peer too, so the comparison
@@ -82,6 +92,7 @@ async def measure(base: str, model: str, levels: list[int], args) -> dict:
         num_streams=4,
         long_prompt_words=args.long_prompt_words,
         max_tokens=args.interference_tokens,
+        eos_token_ids=args.eos_token_ids,
     )
     print(f"  interference: kept {inter.speed_kept}", flush=True)
     out["interference"] = inter.to_dict()
@@ -181,10 +192,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         args.levels, args.prompt_words, args.max_tokens = "1,2", 16, 8
-        args.long_prompt_words, args.interference_tokens, args.burst = 100, 20, 8
+        args.long_prompt_words, args.interference_tokens, args.burst = 100, 400, 8
         args.out += "-smoke"
     levels = [int(x) for x in args.levels.split(",")]
     model_dir = default_model_dir()
+    args.eos_token_ids = eos_token_ids(model_dir)
     env = blas_env(args.blas)
     RESULTS.mkdir(exist_ok=True)
     port = free_port()

@@ -56,11 +56,15 @@ async def stream_chat(
     api_key: str = "",
     temperature: float = 0.0,
     stop: asyncio.Event | None = None,
+    extra: dict | None = None,
+    timing: RequestTiming | None = None,
 ) -> RequestTiming:
     """POST a streamed chat completion and record when each content chunk arrives.
 
     When `stop` is set the stream is closed at its next line (the server sees a
-    disconnect); what arrived until then counts as a complete timing.
+    disconnect); what arrived until then counts as a complete timing. `extra`: more body
+    fields (e.g. logit_bias). `timing`, when given, is filled in as chunks arrive (and
+    returned), so a caller can watch a stream's progress.
     """
     body = {
         "model": model,
@@ -69,9 +73,11 @@ async def stream_chat(
         "temperature": temperature,
         "stream": True,
         "stream_options": {"include_usage": True},
+        **(extra or {}),
     }
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    timing = RequestTiming(ok=False, start_s=time.perf_counter())
+    if timing is None:
+        timing = RequestTiming(ok=False, start_s=time.perf_counter())
     num_chunks = 0
     try:
         async with client.stream(

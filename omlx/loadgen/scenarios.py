@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import httpx
@@ -129,31 +130,60 @@ async def run_interference(
     warmup_s: float = 3.0,
     api_key: str = "",
     timeout_s: float = 900.0,
+    eos_token_ids: Sequence[int] = (),
 ) -> InterferenceResult:
     """Decode streams, then a long prompt; then the same streams alone (the control).
 
-    The streams run until the long prompt's first token arrives (at most max_tokens).
+    The streams run until the long prompt's first token arrives (at most max_tokens);
+    eos_token_ids are banned through logit_bias, so that none ends before the prefill does
+    (a short answer would leave only the pacer's first steps measured).
     """
+    extra = {"logit_bias": {str(t): -100 for t in eos_token_ids}} if eos_token_ids else None
     prompts = [filler_prompt(20, 9000 + i) for i in range(num_streams)]
     async with _client(num_streams + 2, timeout_s) as client:
         stop = asyncio.Event()
+        live = [RequestTiming(ok=False, start_s=time.perf_counter()) for _ in prompts]
         streams = [
             asyncio.create_task(
-                stream_chat(client, base_url, model, p, max_tokens, api_key, stop=stop)
+                stream_chat(
+                    client,
+                    base_url,
+                    model,
+                    p,
+                    max_tokens,
+                    api_key,
+                    stop=stop,
+                    extra=extra,
+                    timing=t,
+                )
             )
-            for p in prompts
+            for p, t in zip(prompts, live, strict=True)
         ]
+        # Every stream decoding for warmup_s (a baseline) before the long prompt arrives.
+        while min(len(t.chunk_times_s) for t in live) < 2:
+            if any(s.done() for s in streams):
+                break  # one ended or failed already (its error is in its timing)
+            await asyncio.sleep(0.05)
         await asyncio.sleep(warmup_s)
         long_start = time.perf_counter()
         long = await stream_chat(
-            client, base_url, model, filler_prompt(long_prompt_words, 7777), 1, api_key
+            client,
+            base_url,
+            model,
+            filler_prompt(long_prompt_words, 7777),
+            1,
+            api_key,
+            extra=extra,
         )
         long_first = long.first_token_s or time.perf_counter()
         stop.set()
         timings = await asyncio.gather(*streams)
         last = max((len(t.chunk_times_s) for t in timings), default=0)
         control = await asyncio.gather(
-            *(stream_chat(client, base_url, model, p, last + 1, api_key) for p in prompts)
+            *(
+                stream_chat(client, base_url, model, p, last + 1, api_key, extra=extra)
+                for p in prompts
+            )
         )
     # (stream, index of the gap's closing chunk) -> gap in ms, before and during the prefill
     before: dict[tuple[int, int], float] = {}
