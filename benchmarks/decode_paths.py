@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import tempfile
@@ -102,10 +101,10 @@ def main() -> None:
         ap.error("--model is required (or --smoke)")
     import mlx.core as mx
 
-    from omlx.loadgen.server_process import run_facts
+    from omlx.loadgen.server_process import emit_json_line, run_facts
 
     result = asyncio.run(measure(args.model, args.tokens, args.rounds))
-    line = json.dumps(
+    emit_json_line(
         {
             "bench": "decode_paths",
             **run_facts(),
@@ -114,12 +113,9 @@ def main() -> None:
             "tokens": args.tokens,
             "rounds": args.rounds,
             **result,
-        }
+        },
+        args.out,
     )
-    print(line)
-    if args.out:
-        with args.out.open("a") as f:
-            f.write(line + "\n")
 
 
 if __name__ == "__main__":

@@ -114,6 +114,18 @@ class SimulatedDrafter:
         return mx.put_along_axis(logits, mx.array(ids)[:, None], mx.array(1.0), axis=-1)
 
 
+def qwen3_config(shape: str) -> dict:
+    """The config.json of a dense Qwen3 model of this shape."""
+    return dict(
+        SHAPES[shape],
+        model_type="qwen3",
+        rms_norm_eps=1e-6,
+        rope_theta=1e6,
+        max_position_embeddings=40960,
+        tie_word_embeddings=False,
+    )
+
+
 def build_target(shape: str, dtype: mx.Dtype):
     if shape in HYBRID_SHAPES:
         qwen3_5 = importlib.import_module("mlx_lm.models.qwen3_5")
@@ -132,16 +144,8 @@ def build_target(shape: str, dtype: mx.Dtype):
         mx.eval(model.parameters())
         return model
     qwen3 = importlib.import_module("mlx_lm.models.qwen3")
-    args = dict(
-        SHAPES[shape],
-        model_type="qwen3",
-        rms_norm_eps=1e-6,
-        rope_theta=1e6,
-        max_position_embeddings=40960,
-        tie_word_embeddings=False,
-    )
     mx.random.seed(0)
-    model = qwen3.Model(qwen3.ModelArgs.from_dict(args))
+    model = qwen3.Model(qwen3.ModelArgs.from_dict(qwen3_config(shape)))
     model.set_dtype(dtype)
     mx.eval(model.parameters())
     return model

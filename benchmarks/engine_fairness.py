@@ -30,10 +30,10 @@ Gaps = dict[tuple[int, int], float]  # (stream, token index) -> inter-token gap 
 async def run_streams(
     pool, tag: str, streams: int, *, max_tokens: int | None, until=None
 ) -> tuple[Gaps, dict[tuple[int, int], str]]:
-    """Greedy decode streams; each gap keyed by (stream, index), with the phase `until` says.
+    """Greedy decode streams; each gap keyed by (stream, index), with the phase it fell in.
 
-    `until(seen)` is awaited once every stream has produced its first token; it returns
-    the phase function (index-free: what is happening now) and an awaitable to run.
+    `until(state, counts, tasks)`, when given, is awaited while the streams run; it sets
+    state["phase"] as it goes, and the streams stop when it returns.
     """
     from omlx.engine.api import ChatMessage, GenerationRequest, RequestId, SamplingParams, Token
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import platform
 import shutil
 import sys
@@ -43,7 +42,7 @@ TOKENIZER_FILES = (
 def build_model_dir(shape: str, dtype: str, tokenizer_dir: Path, dest: Path) -> Path:
     """Save a random `shape` Qwen3 model with tokenizer_dir's tokenizer into dest."""
     import mlx.core as mx
-    from dflash_bench import SHAPES, build_target
+    from dflash_bench import SHAPES, build_target, qwen3_config
     from mlx_lm.tokenizer_utils import load as load_tokenizer
     from mlx_lm.utils import save_config, save_model
 
@@ -60,16 +59,7 @@ def build_model_dir(shape: str, dtype: str, tokenizer_dir: Path, dest: Path) -> 
     mx.eval(model.parameters())
     dest.mkdir(parents=True, exist_ok=True)
     save_model(dest, model)
-    config = dict(
-        SHAPES[shape],
-        model_type="qwen3",
-        rms_norm_eps=1e-6,
-        rope_theta=1e6,
-        max_position_embeddings=40960,
-        tie_word_embeddings=False,
-        torch_dtype=dtype,
-        eos_token_id=list(tok.eos_token_ids),
-    )
+    config = dict(qwen3_config(shape), torch_dtype=dtype, eos_token_id=list(tok.eos_token_ids))
     save_config(config, dest / "config.json")
     for name in TOKENIZER_FILES:
         if (tokenizer_dir / name).exists():
@@ -179,7 +169,7 @@ def main() -> None:
         args.tokenizer = default_model_dir()
     import mlx.core as mx
 
-    from omlx.loadgen.server_process import run_facts
+    from omlx.loadgen.server_process import emit_json_line, run_facts
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="omlx-overhead-"))
     model_dir = work / f"random-{args.shape}-{args.dtype}"
@@ -194,7 +184,7 @@ def main() -> None:
         print(model_dir)
         return
     result = asyncio.run(measure(model_dir, args.tokens, args.rounds, work))
-    line = json.dumps(
+    emit_json_line(
         {
             "bench": "serving_overhead",
             **run_facts(),
@@ -205,12 +195,9 @@ def main() -> None:
             "tokens": args.tokens,
             "rounds": args.rounds,
             **result,
-        }
+        },
+        args.out,
     )
-    print(line)
-    if args.out:
-        with args.out.open("a") as f:
-            f.write(line + "\n")
 
 
 def len_vocab(tokenizer_dir: Path) -> int:

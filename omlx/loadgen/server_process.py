@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import signal
@@ -90,3 +91,12 @@ def run_facts() -> dict[str, str]:
         "git": git.stdout.strip(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
     }
+
+
+def emit_json_line(record: dict, out: Path | None = None) -> None:
+    """Print a benchmark's one-line JSON result; with `out`, append it there too."""
+    line = json.dumps(record)
+    print(line, flush=True)
+    if out is not None:
+        with out.open("a") as f:
+            f.write(line + "\n")
