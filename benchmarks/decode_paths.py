@@ -1,18 +1,25 @@
 """Where batch-1 decode speed goes, layer by layer: generate loop, BatchGenerator, engine.
 
     python benchmarks/decode_paths.py --model DIR [--tokens 256] [--rounds 5] [--smoke]
+        [--profile DIR]
 
 Paths, innermost first, rounds interleaved: mlx-lm's generate_step loop; mlx-lm's
 BatchGenerator with one sequence; omlx's FusedJoinBatchGenerator with one sequence; the
 omlx engine in process (engine thread, event hand-off, detokenizer, output parser). Each
 reports decode tok/s (first token excluded) as median and best of the rounds, and the
-CPU ms per token of this process (all threads). One JSON line.
+CPU ms per token of this process (all threads). One JSON line. With --profile, one more
+round of each synchronous path runs under cProfile and its top functions by own time go to
+DIR/<path>.txt: where the CPU-bound loop spends its Python time.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import functools
+import io
+import pstats
 import statistics
 import sys
 import tempfile
@@ -41,7 +48,19 @@ def generator_round(cls, model, tok, num_tokens: int) -> tuple[float, float]:
     return _rates(stamps)
 
 
-async def measure(model_dir: Path, num_tokens: int, rounds: int) -> dict:
+def write_profiles(paths: dict, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, run in paths.items():
+        prof = cProfile.Profile()
+        prof.enable()
+        run()
+        prof.disable()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
+        (out_dir / f"{name}.txt").write_text(text.getvalue())
+
+
+async def measure(model_dir: Path, num_tokens: int, rounds: int, profile: Path | None) -> dict:
     from mlx_lm import load
     from mlx_lm.generate import BatchGenerator
 
@@ -65,6 +84,14 @@ async def measure(model_dir: Path, num_tokens: int, rounds: int) -> dict:
             for name, run in paths.items():
                 got[name].append(await run(num_tokens, i))
                 print(f"  round {i} {name}: {got[name][-1][0]:.1f} tok/s", flush=True)
+        if profile:
+            gen = functools.partial(generator_round, model=model, tok=tok, num_tokens=num_tokens)
+            loops = {
+                "generate_step": lambda: bare_round(model, tok, num_tokens),
+                "batch_generator": lambda: gen(BatchGenerator),
+                "fused_join": lambda: gen(FusedJoinBatchGenerator),
+            }
+            write_profiles(loops, profile)
     finally:
         await pool.close()
     out: dict = {}
@@ -90,6 +117,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--smoke", action="store_true", help="tiny random model, few tokens")
     ap.add_argument("--out", type=Path, help="append the JSON line to this file")
+    ap.add_argument("--profile", type=Path, help="write cProfile tables of the loops here")
     args = ap.parse_args()
     if args.smoke:
         sys.path.insert(0, str(Path(__file__).parents[1]))  # the repo's tests package
@@ -103,7 +131,7 @@ def main() -> None:
 
     from omlx.loadgen.server_process import emit_json_line, run_facts
 
-    result = asyncio.run(measure(args.model, args.tokens, args.rounds))
+    result = asyncio.run(measure(args.model, args.tokens, args.rounds, args.profile))
     emit_json_line(
         {
             "bench": "decode_paths",
