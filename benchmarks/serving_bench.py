@@ -4,14 +4,16 @@ Measures, per server: aggregate tokens/s, TTFT p50/p95 and inter-token gaps at e
 concurrency level; decode streams disturbed by a long prefill; a burst of concurrent
 streaming requests (how many are dropped). Writes JSON and a Markdown table with ratios.
 
-    python benchmarks/serving_bench.py [--smoke] [--blas stock|preload] [--out NAME]
+    python benchmarks/serving_bench.py [--smoke] [--repeats 3] [--blas stock|preload] [--out NAME]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -60,11 +62,16 @@ def blas_env(mode: str) -> dict[str, str]:
 
 
 async def measure_levels(
-    base: str, model: str, levels: list[int], prompt_words: int, max_tokens: int
+    base: str,
+    model: str,
+    levels: list[int],
+    prompt_words: int,
+    max_tokens: int,
+    salt_base: int = 0,
 ) -> list[dict]:
     """The concurrency sweep: 2x concurrency requests (at least 4) per level."""
     out = []
-    for salt, conc in enumerate(levels):
+    for i, conc in enumerate(levels):
         r = await run_level(
             base,
             model,
@@ -72,7 +79,7 @@ async def measure_levels(
             num_requests=max(2 * conc, 4),
             prompt_words=prompt_words,
             max_tokens=max_tokens,
-            salt=salt + 1,
+            salt=salt_base + i + 1,
         )
         print(
             f"  c={conc}: {r.aggregate_tps:.1f} tok/s, ttft p50 {r.ttft_p50_s}, "
@@ -83,9 +90,36 @@ async def measure_levels(
     return out
 
 
-async def measure(base: str, model: str, levels: list[int], args) -> dict:
-    out: dict = {"levels": [], "interference": None, "burst": None}
-    out["levels"] = await measure_levels(base, model, levels, args.prompt_words, args.max_tokens)
+async def interleaved_sweeps(servers: dict[str, tuple[str, str]], levels, args) -> dict:
+    """args.repeats sweeps per server, alternating servers level by level.
+
+    Both servers stay up the whole time and take turns on the same prompts (a new salt per
+    repeat, so no prompt is a cache hit), the first mover swapping every repeat: load on a
+    shared machine drifts over minutes, and running one server's sweep entirely before
+    the other's charged that drift to whichever went second.
+    """
+    for base, model in servers.values():  # first requests pay one-off warm-up costs
+        await run_level(base, model, concurrency=2, num_requests=2, prompt_words=16,
+                        max_tokens=4, salt=98)  # fmt: skip
+    sweeps: dict[str, list[list[dict]]] = {name: [] for name in servers}
+    for rep in range(args.repeats):
+        order = list(servers) if rep % 2 == 0 else list(servers)[::-1]
+        runs: dict[str, list[dict]] = {name: [] for name in servers}
+        for i, conc in enumerate(levels):
+            for name in order:
+                base, model = servers[name]
+                print(f"{name} repeat {rep}:", end="")
+                runs[name] += await measure_levels(
+                    base, model, [conc], args.prompt_words, args.max_tokens,
+                    salt_base=rep * len(levels) + i,
+                )  # fmt: skip
+        for name in servers:
+            sweeps[name].append(runs[name])
+    return sweeps
+
+
+async def measure_server(base: str, model: str, args) -> dict:
+    """The long-prefill interference and the burst, for one server."""
     inter = await run_interference(
         base,
         model,
@@ -95,7 +129,6 @@ async def measure(base: str, model: str, levels: list[int], args) -> dict:
         eos_token_ids=args.eos_token_ids,
     )
     print(f"  interference: kept {inter.speed_kept}", flush=True)
-    out["interference"] = inter.to_dict()
     burst = await run_level(
         base,
         model,
@@ -106,15 +139,38 @@ async def measure(base: str, model: str, levels: list[int], args) -> dict:
         salt=99,
     )
     print(f"  burst {args.burst}: failed {burst.num_failed}", flush=True)
-    out["burst"] = burst.to_dict()
+    return {"interference": inter.to_dict(), "burst": burst.to_dict()}
+
+
+async def measure(servers: dict[str, tuple[str, str]], levels, args) -> dict:
+    sweeps = await interleaved_sweeps(servers, levels, args)
+    out = {}
+    for name, (base, model) in servers.items():
+        print(f"{name}:", flush=True)
+        out[name] = {"sweeps": sweeps[name], **await measure_server(base, model, args)}
     return out
 
 
-def run_server(name: str, cmd: list[str], port: int, env: dict, model: str, levels, args):
-    log = RESULTS / f"{args.out}-{name}.log"
-    print(f"{name}: {' '.join(cmd)}", flush=True)
-    with server_process(cmd, port, env=env, log_path=log) as base:
-        return asyncio.run(measure(base, model, levels, args))
+def level_summary(sweeps: list[list[dict]]) -> list[dict]:
+    """Per level, the median over repeats of tok/s and TTFT, and the failures summed."""
+    out = []
+    for runs in zip(*sweeps, strict=True):
+        out.append(
+            {
+                "concurrency": runs[0]["concurrency"],
+                "aggregate_tps": statistics.median(r["aggregate_tps"] for r in runs),
+                "ttft_p50_s": _median(r["ttft_p50_s"] for r in runs),
+                "ttft_p95_s": _median(r["ttft_p95_s"] for r in runs),
+                "num_failed": sum(r["num_failed"] for r in runs),
+                "repeats_tps": [round(r["aggregate_tps"], 2) for r in runs],
+            }
+        )
+    return out
+
+
+def _median(xs) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return statistics.median(vals) if vals else None
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -130,14 +186,20 @@ def markdown(res: dict, command: str) -> str:
         "",
         f"Date {res['date']}, git {res['git']}, {res['machine']}, BLAS mode `{res['blas']}`.",
         "",
-        "| concurrency | omlx tok/s | mlx_lm tok/s | ratio | omlx TTFT p50/p95 s | "
-        "mlx_lm TTFT p50/p95 s | omlx failed | mlx_lm failed |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"Concurrency sweep: {res['repeats']} repeats, the servers taking turns level by "
+        "level (first mover swapped each repeat); tok/s and TTFT are medians over repeats, "
+        "the ratio is of the medians, failures are summed.",
+        "",
+        "| concurrency | omlx tok/s | mlx_lm tok/s | ratio | ratio per repeat | "
+        "omlx TTFT p50/p95 s | mlx_lm TTFT p50/p95 s | omlx failed | mlx_lm failed |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for a, b in zip(o["levels"], p["levels"], strict=True):
+        per_repeat = zip(a["repeats_tps"], b["repeats_tps"], strict=True)
         lines.append(
             f"| {a['concurrency']} | {a['aggregate_tps']:.1f} | {b['aggregate_tps']:.1f} | "
             f"{ratio(a['aggregate_tps'], b['aggregate_tps'])} | "
+            f"{' '.join(str(ratio(x, y)) for x, y in per_repeat)} | "
             f"{_s(a['ttft_p50_s'])}/{_s(a['ttft_p95_s'])} | "
             f"{_s(b['ttft_p50_s'])}/{_s(b['ttft_p95_s'])} | {a['num_failed']} | {b['num_failed']} |"
         )
@@ -183,6 +245,7 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny run to check the script works")
     ap.add_argument("--blas", choices=["stock", "preload"], default="preload")
     ap.add_argument("--levels", default="1,4,8,16")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved sweeps per server")
     ap.add_argument("--prompt-words", type=int, default=128)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--long-prompt-words", type=int, default=1000)
@@ -191,7 +254,7 @@ def main() -> None:
     ap.add_argument("--out", default="serving")
     args = ap.parse_args()
     if args.smoke:
-        args.levels, args.prompt_words, args.max_tokens = "1,2", 16, 8
+        args.levels, args.prompt_words, args.max_tokens, args.repeats = "1,2", 16, 8, 2
         args.long_prompt_words, args.interference_tokens, args.burst = 100, 400, 8
         args.out += "-smoke"
     levels = [int(x) for x in args.levels.split(",")]
@@ -199,26 +262,26 @@ def main() -> None:
     args.eos_token_ids = eos_token_ids(model_dir)
     env = blas_env(args.blas)
     RESULTS.mkdir(exist_ok=True)
-    port = free_port()
-    peer_cmd = mlx_lm_command(model_dir, port)
-    omlx_cmd = omlx_command(model_dir, port)
-    res = {
-        "model_name": model_dir.name,
-        "blas": args.blas,
-        **run_facts(),
-        "mlx_lm": run_server("mlx_lm", peer_cmd, port, env, "default_model", levels, args),
-        # A fresh cold-tier dir: blocks left by an earlier run would turn this run's
-        # (deterministic) prompts into cache hits.
-        "omlx": run_server(
-            "omlx",
-            omlx_cmd,
-            port,
-            {**env, "OMLX_CACHE__COLD_DIR": tempfile.mkdtemp()},
-            model_dir.name,
-            levels,
-            args,
-        ),
+    peer_port, omlx_port = free_port(), free_port()
+    commands = {
+        "omlx": (omlx_command(model_dir, omlx_port), omlx_port, model_dir.name),
+        "mlx_lm": (mlx_lm_command(model_dir, peer_port), peer_port, "default_model"),
     }
+    # A fresh cold-tier dir for omlx: blocks left by an earlier run would turn this run's
+    # (deterministic) prompts into cache hits.
+    envs = {"omlx": {**env, "OMLX_CACHE__COLD_DIR": tempfile.mkdtemp()}, "mlx_lm": env}
+    with contextlib.ExitStack() as stack:
+        servers = {}
+        for name, (cmd, port, model) in commands.items():
+            print(f"{name}: {' '.join(cmd)}", flush=True)
+            log = RESULTS / f"{args.out}-{name}.log"
+            base = stack.enter_context(server_process(cmd, port, env=envs[name], log_path=log))
+            servers[name] = (base, model)
+        measured = asyncio.run(measure(servers, levels, args))
+    res = {"model_name": model_dir.name, "blas": args.blas, "repeats": args.repeats}
+    res.update(run_facts())
+    for name, m in measured.items():
+        res[name] = {"levels": level_summary(m["sweeps"]), **m}
     command = "python benchmarks/serving_bench.py " + " ".join(sys.argv[1:])
     res["command"] = command
     (RESULTS / f"{args.out}.json").write_text(json.dumps(res, indent=2))
