@@ -39,6 +39,37 @@ class EngineStreamEnded(RuntimeError):
 Item = GenerationEvent | KeepAlive
 
 
+class _IdleTimer:
+    """Queues a KeepAlive after each `interval_s` without a touch().
+
+    One timer per interval, not per event: waiting on each event with a timeout
+    (asyncio.wait_for) cost a task per token, on the thread that also runs the engine's
+    Python whenever it holds the GIL.
+    """
+
+    def __init__(self, interval_s: float, queue: asyncio.Queue[Item]) -> None:
+        self._interval_s = interval_s
+        self._queue = queue
+        self._loop = asyncio.get_running_loop()
+        self._last = time.monotonic()
+        self._handle = self._loop.call_later(interval_s, self._fire)
+
+    def touch(self) -> None:
+        self._last = time.monotonic()
+
+    def _fire(self) -> None:
+        idle_s = time.monotonic() - self._last
+        if idle_s < self._interval_s:  # touched since it was armed: wait out the rest
+            self._handle = self._loop.call_later(self._interval_s - idle_s, self._fire)
+            return
+        self._queue.put_nowait(KeepAlive.TICK)
+        self.touch()
+        self._handle = self._loop.call_later(self._interval_s, self._fire)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
 class EventStream:
     """Runs `pool.generate(request)` in a task; `close()` cancels it in the engine."""
 
@@ -46,8 +77,8 @@ class EventStream:
         self._pool = pool
         self.request = request
         self.request_id = request.request_id
-        self._queue: asyncio.Queue[GenerationEvent] = asyncio.Queue()
-        self._pending: list[GenerationEvent] = []
+        self._queue: asyncio.Queue[Item] = asyncio.Queue()
+        self._pending: list[Item] = []
         self.is_finished = False
         self._is_closed = False
         self._task = asyncio.get_running_loop().create_task(self._pump())
@@ -67,7 +98,7 @@ class EventStream:
             Failed(self.request_id, EngineStreamEnded("engine stream ended without a result"))
         )
 
-    async def next(self, timeout_s: float | None = None) -> GenerationEvent | None:
+    async def next(self, timeout_s: float | None = None) -> Item | None:
         """The next event, or None if none arrived within `timeout_s`."""
         if self._pending:
             event = self._pending.pop(0)
@@ -84,7 +115,7 @@ class EventStream:
             self.is_finished = True
         return event
 
-    def push_back(self, event: GenerationEvent) -> None:
+    def push_back(self, event: Item) -> None:
         self._pending.insert(0, event)
         if isinstance(event, Done | Failed):
             self.is_finished = False
@@ -94,26 +125,21 @@ class EventStream:
 
         Started/Progress do not reset the keep-alive clock: they produce no output.
         """
-        if keepalive_s is None:
+        if keepalive_s is not None:
+            yield KeepAlive.TICK
+        timer = None if keepalive_s is None else _IdleTimer(keepalive_s, self._queue)
+        try:
             while True:
                 event = await self.next()
                 assert event is not None
+                if isinstance(event, Token) and timer is not None:
+                    timer.touch()
                 yield event
                 if self.is_finished:
                     return
-        yield KeepAlive.TICK
-        deadline = time.monotonic() + keepalive_s
-        while True:
-            event = await self.next(max(0.0, deadline - time.monotonic()))
-            if event is None:
-                yield KeepAlive.TICK
-                deadline = time.monotonic() + keepalive_s
-                continue
-            if isinstance(event, Token):
-                deadline = time.monotonic() + keepalive_s
-            yield event
-            if self.is_finished:
-                return
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     async def collect(self) -> list[GenerationEvent]:
         """Every event up to and including Done/Failed (non-streaming requests)."""
