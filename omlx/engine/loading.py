@@ -12,6 +12,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from omlx.engine.templating import ModelSpec, context_length
+from omlx.engine.weight_layout import use_input_major_linears, wants_input_major
 from omlx.errors import ImportFailed
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,8 @@ def load_text_model(name: str, path: Path) -> LoadedModel:
         model, tokenizer, config = load(str(path), return_config=True)
     except (FileNotFoundError, ValueError) as e:
         raise ImportFailed(f"cannot load model {name!r} from {path}: {e}") from e
+    if wants_input_major():
+        log.debug("model %s: %d linears stored input-major", name, use_input_major_linears(model))
     eos = set(tokenizer.eos_token_ids) | _generation_config_eos(path)
     tokenizer.eos_token_ids = eos
     text_config = config.get("text_config") or {}
