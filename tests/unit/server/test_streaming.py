@@ -55,6 +55,25 @@ def test_comment_keepalive_at_once_then_every_interval(pool: FakeEnginePool, pat
     assert max(gaps) < 0.45
 
 
+def test_keepalive_resumes_when_tokens_stall_and_pauses_while_they_flow(
+    pool: FakeEnginePool,
+) -> None:
+    # Tokens every 0.05 s (a quarter of the 0.2 s interval), a 1 s stall, then more.
+    steps = text_script(["Hello"] + ["a"] * 10 + ["b"] * 3, token_delay_s=0.05)
+    stall_at = steps.index(next(x for x in steps if getattr(x, "text", None) == "b"))
+    steps.insert(stall_at, 1.0)
+    pool.script_for = lambda req: steps
+    with _server(pool, "comment") as live:
+        lines = _timed_lines(live.base_url + "/v1/chat/completions", CHAT)
+    token_at = [t for t, line in lines if line.startswith("data: {") and '"content"' in line]
+    flowing = (_first_content_at(lines), next(t for t, ln in lines if '"b"' in ln))
+    pings = [t for t, line in lines if line == ": keep-alive" and flowing[0] < t < flowing[1]]
+    assert len(token_at) >= 14
+    assert 3 <= len(pings) <= 6  # ~1 s stall / 0.2 s interval
+    last_a = max(t for t, ln in lines if '"a"' in ln)
+    assert all(p > last_a for p in pings)  # none while tokens kept coming
+
+
 def test_chunk_keepalive_is_an_empty_openai_chunk(pool: FakeEnginePool) -> None:
     pool.script_for = lambda req: text_script(["Hello"], first_token_delay_s=0.8)
     with _server(pool, "chunk") as live:
