@@ -16,12 +16,12 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from model_dirs import default_model_dir, tiny_model_dir
+
 RESULTS = Path(__file__).parent / "results"
-ROOT = Path(__file__).resolve().parents[1]
 TEXT = (
     "The history of computing is a story of machines that grew smaller, faster and cheaper, "
     "from rooms full of vacuum tubes to chips that fit in a watch. "
@@ -82,15 +82,7 @@ def _shared_flags(args: argparse.Namespace) -> list[str]:
 
 
 def model_dir(smoke: bool) -> Path:
-    if smoke:
-        sys.path.insert(0, str(ROOT))
-        from tests.fixtures.tiny_models import build_tiny_model
-
-        return build_tiny_model("llama", Path(tempfile.mkdtemp(prefix="blas-bench-")))
-    from omlx.engine.default_model import ensure_default_model
-    from omlx.settings import omlx_home
-
-    return ensure_default_model(omlx_home() / "models")
+    return tiny_model_dir() if smoke else default_model_dir()
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import httpx
+from model_dirs import default_model_dir
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -79,11 +80,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--smoke", action="store_true", help="short prompts, 2 turns")
     args = ap.parse_args()
-    from omlx.engine.default_model import ensure_default_model
     from omlx.loadgen.server_process import free_port, mlx_lm_command, omlx_command, run_facts
-    from omlx.settings import omlx_home
 
-    model_dir = ensure_default_model(omlx_home() / "models")
+    model_dir = default_model_dir()
     words, turns, conv_words = (200, 2, 60) if args.smoke else (1800, 6, 400)
     prompt = [{"role": "user", "content": "Summarise: " + _text(words, 7)}]
     port = free_port()

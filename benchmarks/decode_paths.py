@@ -22,13 +22,13 @@ import io
 import pstats
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from engine_overhead import PROMPT, _rates, bare_round, engine_round
+from model_dirs import tiny_model_dir
 
 
 def generator_round(cls, model, tok, num_tokens: int) -> tuple[float, float]:
@@ -120,10 +120,7 @@ def main() -> None:
     ap.add_argument("--profile", type=Path, help="write cProfile tables of the loops here")
     args = ap.parse_args()
     if args.smoke:
-        sys.path.insert(0, str(Path(__file__).parents[1]))  # the repo's tests package
-        from tests.fixtures.tiny_models import build_tiny_model
-
-        args.model = build_tiny_model("llama", Path(tempfile.mkdtemp()) / "tiny")
+        args.model = tiny_model_dir()
         args.tokens, args.rounds = 16, 1
     if args.model is None:
         ap.error("--model is required (or --smoke)")

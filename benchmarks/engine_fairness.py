@@ -19,10 +19,10 @@ import asyncio
 import json
 import statistics
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
+
+from model_dirs import default_model_dir, tiny_model_dir
 
 Gaps = dict[tuple[int, int], float]  # (stream, token index) -> inter-token gap in s
 
@@ -152,16 +152,10 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny random model")
     args = ap.parse_args()
     if args.smoke:
-        sys.path.insert(0, str(Path(__file__).parents[1]))  # the repo's tests package
-        from tests.fixtures.tiny_models import build_tiny_model
-
-        args.model = build_tiny_model("llama", Path(tempfile.mkdtemp()) / "tiny")
+        args.model = tiny_model_dir()
         args.long_tokens = 3000
     elif args.model is None:
-        from omlx.engine.default_model import ensure_default_model
-        from omlx.settings import omlx_home
-
-        args.model = ensure_default_model(omlx_home() / "models")
+        args.model = default_model_dir()
     result = asyncio.run(
         measure(args.model, args.streams, args.long_tokens, args.share, args.baseline_tokens)
     )

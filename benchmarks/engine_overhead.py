@@ -16,10 +16,10 @@ import asyncio
 import json
 import platform
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
+
+from model_dirs import default_model_dir, tiny_model_dir
 
 PROMPT = "Write a long story about a lighthouse keeper and the sea."
 
@@ -98,16 +98,10 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny random model, few tokens")
     args = ap.parse_args()
     if args.smoke:
-        sys.path.insert(0, str(Path(__file__).parents[1]))  # the repo's tests package
-        from tests.fixtures.tiny_models import build_tiny_model
-
-        args.model = build_tiny_model("llama", Path(tempfile.mkdtemp()) / "tiny")
+        args.model = tiny_model_dir()
         args.tokens, args.rounds = 32, 2
     elif args.model is None:
-        from omlx.engine.default_model import ensure_default_model
-        from omlx.settings import omlx_home
-
-        args.model = ensure_default_model(omlx_home() / "models")
+        args.model = default_model_dir()
     import mlx.core as mx
 
     result = asyncio.run(measure(args.model, args.tokens, args.rounds))

@@ -16,7 +16,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from serving_bench import blas_env, default_model_dir, measure_levels
+from model_dirs import default_model_dir
+from serving_bench import blas_env, measure_levels
 
 from omlx.loadgen.server_process import free_port, omlx_command, run_facts, server_process
 

@@ -18,6 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from model_dirs import default_model_dir
+
 from omlx.loadgen.scenarios import run_interference, run_level
 from omlx.loadgen.server_process import (
     free_port,
@@ -28,13 +30,6 @@ from omlx.loadgen.server_process import (
 )
 
 RESULTS = Path(__file__).parent / "results"
-
-
-def default_model_dir() -> Path:
-    from omlx.engine.default_model import ensure_default_model
-    from omlx.settings import omlx_home
-
-    return ensure_default_model(omlx_home() / "models")
 
 
 def eos_token_ids(model_dir: Path) -> list[int]:

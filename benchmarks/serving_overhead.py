@@ -169,7 +169,7 @@ def main() -> None:
     if args.smoke:
         args.shape, args.dtype, args.tokens, args.rounds = "tiny", "float32", 16, 1
     if args.tokenizer is None:
-        from serving_bench import default_model_dir
+        from model_dirs import default_model_dir
 
         args.tokenizer = default_model_dir()
     import mlx.core as mx

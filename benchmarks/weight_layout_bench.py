@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
+
+from model_dirs import default_model_dir, tiny_model_dir
 
 BATCHES = (1, 4, 8, 16)
 CONTEXT = 200
@@ -103,16 +103,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="append the JSON line to this file")
     args = ap.parse_args()
     if args.smoke:
-        sys.path.insert(0, str(Path(__file__).parents[1]))  # the repo's tests package
-        from tests.fixtures.tiny_models import build_tiny_model
-
-        args.model = build_tiny_model("llama", Path(tempfile.mkdtemp()) / "tiny")
+        args.model = tiny_model_dir()
         args.rounds, args.steps = 1, 2
     if args.model is None:
-        from omlx.engine.default_model import ensure_default_model
-        from omlx.settings import omlx_home
-
-        args.model = ensure_default_model(omlx_home() / "models")
+        args.model = default_model_dir()
     from omlx.engine import blas
     from omlx.loadgen.server_process import emit_json_line, run_facts
 
