@@ -37,7 +37,8 @@ def load_text_model(name: str, path: Path) -> LoadedModel:
     except (FileNotFoundError, ValueError) as e:
         raise ImportFailed(f"cannot load model {name!r} from {path}: {e}") from e
     if wants_input_major():
-        log.debug("model %s: %d linears stored input-major", name, use_input_major_linears(model))
+        swapped = use_input_major_linears(model)
+        log.debug("model %s: %d linears stored input-major", name, swapped)
     eos = set(tokenizer.eos_token_ids) | _generation_config_eos(path)
     tokenizer.eos_token_ids = eos
     text_config = config.get("text_config") or {}
