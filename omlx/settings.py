@@ -96,6 +96,13 @@ class ModelSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
 class CacheSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     enabled: Annotated[bool, _doc("Tiered block KV cache on/off")] = True
     block_size: Annotated[int, _doc("Tokens per cache block"), msgspec.Meta(ge=1)] = 256
+    partial_blocks: Annotated[
+        bool,
+        _doc(
+            "Reuse shared tokens below one block too (prompts that diverge inside a block "
+            "or end before one fills); RAM only, full-attention models only"
+        ),
+    ] = True
     hot_budget_bytes: Annotated[
         int, _doc("RAM hot tier budget shared by all models"), msgspec.Meta(ge=0)
     ] = 2 * 1024**3

@@ -14,7 +14,9 @@ class BlockInfo:
 
     `has_window`: the block carries KV for the sliding-window layers (only blocks that
     were inside the window when stored do). `has_state`: it carries a snapshot of the
-    recurrent layers' state taken exactly at its end.
+    recurrent layers' state taken exactly at its end. `partial`: a sequence's unfilled
+    last block (`num_tokens` below the block size), kept in RAM only and found through the
+    model's child index (child_index.py), never through the chain.
     """
 
     key: BlockKey
@@ -25,6 +27,7 @@ class BlockInfo:
     has_window: bool = True
     has_state: bool = False
     model_name: str = ""
+    partial: bool = False
 
 
 @dataclass(frozen=True, slots=True)

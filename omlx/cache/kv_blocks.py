@@ -63,6 +63,15 @@ class ModelLayout:
     def cache_types(self) -> list[str]:
         return [s.kind for s in self.layers]
 
+    @property
+    def token_granular(self) -> bool:
+        """Every layer holds every token's KV, so any token count is a reusable prefix.
+
+        Not so for sliding windows (a window's span must be covered) or recurrent state
+        (it exists only at the end of what was processed).
+        """
+        return all(s.kind in (KV, QUANTIZED) for s in self.layers)
+
 
 @dataclass(slots=True)
 class SlicedBlock:
@@ -70,6 +79,7 @@ class SlicedBlock:
     arrays: dict[str, np.ndarray]
     has_window: bool
     has_state: bool
+    num_tokens: int
 
     @property
     def nbytes(self) -> int:
@@ -137,19 +147,28 @@ def slice_blocks(
     num_tokens: int,
     block_size: int,
     first_block: int = 0,
+    partial: bool = False,
 ) -> tuple[list[SlicedBlock], str, list[str]]:
     """Blocks `first_block .. num_tokens // block_size - 1` of one sequence's cache.
 
-    `num_tokens` is how many leading tokens of the cache the caller vouches for.
+    `num_tokens` is how many leading tokens of the cache the caller vouches for. With
+    `partial` (token-granular layouts only) the unfilled last block comes too, holding
+    the `num_tokens % block_size` tokens past the last whole block.
     Returns (blocks, dtype name, names of arrays stored as uint16 bit patterns of bfloat16).
     """
     if len(prompt_cache) != layout.num_layers:
         raise UnsupportedCache("cache layer count differs from the model's")
+    if partial and not layout.token_granular:
+        raise UnsupportedCache("partial blocks need every layer to hold every token")
     num_blocks = num_tokens // block_size
-    blocks = [SlicedBlock(i, {}, True, False) for i in range(first_block, num_blocks)]
+    end = num_tokens if partial else num_blocks * block_size
+    blocks = [
+        SlicedBlock(i, {}, True, False, min(block_size, end - i * block_size))
+        for i in range(first_block, -(-end // block_size))
+    ]
     if not blocks:
         return [], "", []
-    start, end = first_block * block_size, num_blocks * block_size
+    start = first_block * block_size
     dtype, bf16 = "", []
     state_ok = processed_tokens(prompt_cache) in (None, end) and num_tokens == end
     for li, (c, spec) in enumerate(zip(prompt_cache, layout.layers, strict=True)):
@@ -206,12 +225,21 @@ def rebuild(
     *,
     block_size: int,
     bf16_names: set[str],
+    num_tokens: int | None = None,
 ) -> list[Any]:
     """Per-layer mlx-lm caches holding the prefix made of `blocks` (block 0 first).
 
+    `num_tokens` below `len(blocks) * block_size` keeps only that many leading tokens
+    (token-granular layouts only): the last block may be a partial one, or a whole block
+    of which the prompt shares only the start.
     The result is what BatchGenerator.insert(..., caches=[...]) takes for one sequence.
     """
-    num_tokens = len(blocks) * block_size
+    whole = len(blocks) * block_size
+    num_tokens = whole if num_tokens is None else num_tokens
+    if not (len(blocks) - 1) * block_size < num_tokens <= whole:
+        raise ValueError(f"{num_tokens} tokens do not end in the last of {len(blocks)} blocks")
+    if num_tokens < whole and not layout.token_granular:
+        raise UnsupportedCache("a cut block needs every layer to hold every token")
     caches = make_prompt_cache(model)
     for li, (c, spec) in enumerate(zip(caches, layout.layers, strict=True)):
         if spec.kind == ARRAYS:
@@ -221,8 +249,10 @@ def rebuild(
                 for si in range(spec.params["size"])
             ]
         elif spec.kind == QUANTIZED:
-            c.keys = tuple(_concat(blocks, f"l{li}.k{i}", bf16_names) for i in range(3))
-            c.values = tuple(_concat(blocks, f"l{li}.v{i}", bf16_names) for i in range(3))
+            c.keys = tuple(_concat(blocks, f"l{li}.k{i}", bf16_names, num_tokens) for i in range(3))
+            c.values = tuple(
+                _concat(blocks, f"l{li}.v{i}", bf16_names, num_tokens) for i in range(3)
+            )
             c.offset = num_tokens
         elif spec.kind == ROTATING:
             keep = min(num_tokens, spec.params["max_size"])
@@ -232,8 +262,8 @@ def rebuild(
             c.keys, c.values = k[..., -keep:, :], v[..., -keep:, :]
             c.offset, c._idx = num_tokens, keep
         else:
-            c.keys = _concat(blocks, f"l{li}.k", bf16_names)
-            c.values = _concat(blocks, f"l{li}.v", bf16_names)
+            c.keys = _concat(blocks, f"l{li}.k", bf16_names, num_tokens)
+            c.values = _concat(blocks, f"l{li}.v", bf16_names, num_tokens)
             c.offset = num_tokens
     mx.eval([c.state for c in caches])
     return caches
@@ -244,7 +274,12 @@ def _host(block: dict[str, np.ndarray], name: str, bf16_names: set[str]) -> mx.a
     return a.view(mx.bfloat16) if name in bf16_names else a
 
 
-def _concat(blocks: list[dict[str, np.ndarray]], name: str, bf16_names: set[str]) -> mx.array:
-    host = np.concatenate([b[name] for b in blocks], axis=-2)
+def _concat(
+    blocks: list[dict[str, np.ndarray]],
+    name: str,
+    bf16_names: set[str],
+    num_tokens: int | None = None,
+) -> mx.array:
+    host = np.concatenate([b[name] for b in blocks], axis=-2)[..., :num_tokens, :]
     a = mx.array(host)
     return a.view(mx.bfloat16) if name in bf16_names else a

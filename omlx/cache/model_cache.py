@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omlx.cache import kv_blocks
-from omlx.cache.chain_hash import chain_keys, iter_chain_keys
+from omlx.cache.chain_hash import (
+    BlockKey,
+    block_key,
+    chain_keys,
+    encode_extra_keys,
+    iter_chain_keys,
+)
+from omlx.cache.child_index import Child, ChildIndex
 from omlx.cache.fingerprint import model_fingerprint
 from omlx.cache.hot_tier import HotBlock
 from omlx.cache.index import (
@@ -47,6 +54,9 @@ class ModelPrefixCache:
             except kv_blocks.UnsupportedCache as e:
                 log.warning("prefix cache off for %s: %s", name or fingerprint[:12], e)
         window = self.layout.window_tokens if self.layout else 0
+        # Token-level reuse below one block, where every layer holds every token's KV.
+        granular = self.layout is not None and self.layout.token_granular
+        self.children = ChildIndex() if granular and parent.settings.partial_blocks else None
         self.recent = RecentPrompts()  # filled only while DEBUG logging is on
         self.rule = ReuseRule(
             self.block_size,
@@ -59,9 +69,11 @@ class ModelPrefixCache:
         return self.layout is not None
 
     def fetch(self, tokens: list[int], extra_keys: tuple = ()) -> tuple[list | None, int]:
-        """Caches seeded with the longest cached block-aligned prefix, and its token count.
+        """Caches seeded with the longest cached prefix of `tokens`, and its token count.
 
-        At least one token of `tokens` is always left to prefill. Returns (None, 0) on a miss.
+        Whole blocks first (the chain); then, for token-granular layouts, the leading ids
+        the rest shares with a block stored after them (child_index.py). At least one
+        token of `tokens` is always left to prefill. Returns (None, 0) on a miss.
         """
         if self.layout is None:
             return None, 0
@@ -75,6 +87,11 @@ class ModelPrefixCache:
         if len(blocks) < num_blocks:  # a block vanished or its file was bad
             num_blocks = longest_usable_prefix([b.info for b in blocks], len(blocks), self.rule)
             blocks = blocks[:num_blocks]
+        num_tokens = len(blocks) * self.block_size
+        cut = self._shared_start(tokens, blocks, extra_keys)
+        if cut is not None:
+            blocks.append(cut[0])
+            num_tokens += cut[1]
         if not blocks:
             self.parent.count(self.fingerprint, 0)
             self._diagnose(tokens, 0)
@@ -86,11 +103,34 @@ class ModelPrefixCache:
             [b.arrays for b in blocks],
             block_size=self.block_size,
             bf16_names=bf16,
+            num_tokens=num_tokens,
         )
-        num_tokens = len(blocks) * self.block_size
         self.parent.count(self.fingerprint, num_tokens)
         self._diagnose(tokens, num_tokens)
         return caches, num_tokens
+
+    def _shared_start(
+        self, tokens: list[int], blocks: list[HotBlock], extra_keys: tuple
+    ) -> tuple[HotBlock, int] | None:
+        """The block after `blocks` sharing the most leading ids with the rest of `tokens`,
+        and how many it shares (the rest stops one token short of the prompt's end)."""
+        if self.children is None:
+            return None
+        start = len(blocks) * self.block_size
+        rest = tokens[start : min(len(tokens) - 1, start + self.block_size)]
+        anchor = blocks[-1].key if blocks else self._root(extra_keys)
+        while (found := self.children.best(anchor, rest)) is not None:
+            child, num_shared = found
+            info = self.parent.lookup(child.key)
+            block = self.parent.load(info) if info is not None else None
+            if block is not None and kv_blocks.check_meta(self.layout, block.meta):
+                self.children.touch(child.key)
+                return block, num_shared
+            self.children.discard(child.key)  # evicted meanwhile: forget it, try the next
+        return None
+
+    def _root(self, extra_keys: tuple) -> str:
+        return "root:" + encode_extra_keys(extra_keys).hex() if extra_keys else "root"
 
     def _diagnose(self, tokens: list[int], num_cached: int) -> None:
         """At DEBUG, say where a prompt diverged from the closest stored one."""
@@ -127,6 +167,8 @@ class ModelPrefixCache:
         processed = kv_blocks.processed_tokens(prompt_cache)
         num_tokens = len(tokens) if processed is None else min(len(tokens), processed)
         keys = chain_keys(self.fingerprint, tokens[:num_tokens], self.block_size, extra_keys)
+        if self.children is not None:
+            self._store_children(tokens, keys, prompt_cache, num_tokens, extra_keys)
         if not keys:
             return
         infos = [self.parent.lookup(k) for k in keys]
@@ -139,6 +181,59 @@ class ModelPrefixCache:
         # Touch the reused head last-to-first so the chain's head is the most recently used:
         # under pressure, tails are evicted before the prefixes other prompts share.
         self.parent.touch(reversed(keys[:first]))
+
+    def _store_children(
+        self,
+        tokens: list[int],
+        keys: list[BlockKey],
+        prompt_cache: list,
+        num_tokens: int,
+        extra_keys: tuple,
+    ) -> None:
+        """Index the sequence's blocks under their anchors and keep its unfilled last block."""
+        assert self.children is not None
+        size = self.block_size
+        dropped: list[Child] = []
+        anchor = self._root(extra_keys)
+        for i, key in enumerate(keys):
+            dropped += self.children.add(anchor, key, tokens[i * size : (i + 1) * size], False)
+            anchor = key
+        tail = tokens[len(keys) * size : num_tokens]
+        if tail and self.children.covering(anchor, tail) is None:
+            block = self._partial_block(keys, tail, prompt_cache, num_tokens, extra_keys)
+            self.parent.insert([block])
+            dropped += self.children.add(anchor, block.key, tail, True)
+        self.parent.drop(c.key for c in dropped)
+
+    def _partial_block(
+        self,
+        keys: list[BlockKey],
+        tail: list[int],
+        prompt_cache: list,
+        num_tokens: int,
+        extra_keys: tuple,
+    ) -> HotBlock:
+        [sliced], dtype, bf16 = kv_blocks.slice_blocks(
+            prompt_cache,
+            self.layout,
+            num_tokens=num_tokens,
+            block_size=self.block_size,
+            first_block=len(keys),
+            partial=True,
+        )
+        # Its own key space: a partial block never collides with a whole one.
+        extra = b"partial" + (b"" if keys else encode_extra_keys(extra_keys))
+        key = block_key(self.fingerprint, keys[-1] if keys else None, tail, extra)
+        info = BlockInfo(
+            key=key,
+            model_fingerprint=self.fingerprint,
+            block_index=len(keys),
+            num_tokens=len(tail),
+            nbytes=sliced.nbytes,
+            model_name=self.name,
+            partial=True,
+        )
+        return HotBlock(info, sliced.arrays, kv_blocks.layout_meta(self.layout, dtype, bf16))
 
     def _insert_new(self, keys: list, first: int, prompt_cache: list, num_tokens: int) -> None:
         sliced, dtype, bf16 = kv_blocks.slice_blocks(

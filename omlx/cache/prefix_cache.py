@@ -153,6 +153,12 @@ class PrefixCache:
                     touched.append(self.cold.touch(key, now))
         _persist_access([e for e in touched if e is not None], now)
 
+    def drop(self, keys: Iterable[BlockKey]) -> None:
+        """Forget RAM blocks outright (partial blocks nothing can reach any more)."""
+        with self._lock:
+            for key in keys:
+                self.hot.remove(key)
+
     def discard_bad(self, key: BlockKey, reason: str) -> None:
         """Forget a block whose file turned out bad; count it, delete the file."""
         log.warning("cold cache: skipping %s", reason)
@@ -175,6 +181,8 @@ class PrefixCache:
 
     def _on_hot_evict(self, block: HotBlock) -> None:
         # Called under the lock by HotTier: only queue work here.
+        if block.info.partial:  # RAM only: its index lives in the engine, not on disk
+            return
         entry = self.cold.peek(block.key)
         if entry is not None and _covers(entry.info, block.info):
             return

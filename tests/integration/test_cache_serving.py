@@ -57,13 +57,15 @@ def test_hit_and_restart_keep_the_output(tiny_llama_dir: Path, tmp_path: Path) -
         assert cached == 0 and prompt_tokens > 48
         again, _, cached = _ask(live, LONG)
         assert again == first
-        assert cached >= (prompt_tokens - 1) // 16 * 16 - 16 and cached % 16 == 0 and cached > 0
+        assert cached == prompt_tokens - 1  # whole blocks plus the partial last one
         assert cache.stats().hits == 1
     assert any(cold.rglob("*.safetensors"))
 
     with _serve(tiny_llama_dir, cold) as (live, cache):
         assert cache.stats().cold.blocks > 0
         after, _, cached = _ask(live, LONG)
+        # Partial blocks live in RAM only: after a restart whole blocks are what is left.
+        assert cached >= (prompt_tokens - 1) // 16 * 16 - 16 and cached % 16 == 0
         assert cached > 0 and after == first
         assert cache.stats().hits == 1 and cache.stats().hot.blocks > 0  # promoted
 
@@ -121,4 +123,7 @@ def test_debug_log_says_where_a_prompt_diverged(
     lines = [r.getMessage() for r in caplog.records if "shares the first" in r.getMessage()]
     assert lines, [r.getMessage() for r in caplog.records]
     assert f"prompt of {prompt_tokens} tokens shares the first" in lines[-1]
-    assert cached == 0 and "reused 0 cached tokens" in lines[-1]
+    # Less than one block is shared (the template's head): all of it is reused.
+    shared = int(lines[-1].split("shares the first ")[1].split()[0])
+    assert 0 < shared < 16 and cached == shared
+    assert f"reused {cached} cached tokens" in lines[-1]

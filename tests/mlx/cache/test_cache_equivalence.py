@@ -56,13 +56,73 @@ def test_hot_hit_same_greedy_output(tiny_model, tmp_path: Path) -> None:
 
 
 def test_partial_prefix_rules(tiny_model, tmp_path: Path) -> None:
-    """A prompt sharing only 5 blocks: full attention reuses them; a sliding window needs
-    its window's blocks, a recurrent layer a snapshot at the prefix end: both miss."""
+    """A prompt sharing 21 tokens (5 blocks and the first token of the sixth): full attention
+    reuses all 21; a sliding window needs its window's blocks, a recurrent layer a snapshot
+    at the prefix end: both miss."""
     arch, model = tiny_model
     cache = _cache(tmp_path)
     mc, second = _turn(tiny_model, cache)
-    diverging = second[:21] + _prompt(9, seed=3)
-    _check(mc, model, diverging, expect_cached={"llama": 20}.get(arch, 0))
+    diverging = [*second[:21], second[21] % 127 + 1, *_prompt(8, seed=3)]
+    _check(mc, model, diverging, expect_cached={"llama": 21}.get(arch, 0))
+    cache.close(spill=False)
+
+
+def _short_cache(tmp_path: Path, **kw) -> PrefixCache:
+    settings = CacheSettings(block_size=64, hot_budget_bytes=64 * 1024**2, **kw)
+    return PrefixCache(settings, tmp_path / "cold", cold_cap_bytes=256 * 1024**2)
+
+
+def test_prompts_shorter_than_a_block_share_their_start(tiny_model, tmp_path: Path) -> None:
+    """Like chat prompts behind one system head: no whole block, yet the shared start is
+    reused (full attention only), output unchanged, and nothing partial reaches the disk."""
+    arch, model = tiny_model
+    cache = _short_cache(tmp_path)
+    mc = cache.for_model(f"fp-{arch}", model, model_name=arch)
+    head = _prompt(12, seed=5)
+    _, kv, tokens = greedy(model, head + _prompt(9, seed=6), 5)
+    mc.store(tokens, kv)
+    granular = arch == "llama"
+    assert cache.stats().hot.blocks == int(granular)
+    _check(mc, model, head + _prompt(7, seed=7), expect_cached=12 if granular else 0)
+    _check(mc, model, tokens[:18], expect_cached=17 if granular else 0)  # one left to prefill
+    cache.close()  # spills the hot tier: a partial block is dropped, not written
+    assert cache.stats().cold.blocks == 0 and not list((tmp_path / "cold").rglob("*.safetensors"))
+
+
+def _one_stored(tmp_path: Path, seed: int):
+    """A llama-layout cache with block size 64 holding one short sequence (a partial block)."""
+    from tests.mlx.cache.conftest import build_model
+
+    model = build_model("llama")
+    cache = _short_cache(tmp_path)
+    mc = cache.for_model("fp", model)
+    _, kv, tokens = greedy(model, _prompt(10, seed=seed), 3)
+    mc.store(tokens, kv)
+    return model, cache, mc, kv, tokens
+
+
+def test_longer_partial_replaces_its_prefix_and_the_switch_turns_it_off(tmp_path: Path) -> None:
+    model, cache, mc, kv, first = _one_stored(tmp_path, seed=8)
+    _, kv, second = greedy(model, first + _prompt(4, seed=9), 3)
+    mc.store(second, kv)
+    assert cache.stats().hot.blocks == 1 and cache.stats().hot.tokens == len(second)
+    mc.store(first, kv)  # covered by the stored partial: nothing new
+    assert cache.stats().hot.blocks == 1
+    _check(mc, model, [*second, 3], expect_cached=len(second))
+    cache.close(spill=False)
+
+    off = _short_cache(tmp_path / "off", partial_blocks=False)
+    mc = off.for_model("fp", model)
+    mc.store(second, kv)
+    assert off.stats().hot.blocks == 0 and mc.fetch([*second, 3]) == (None, 0)
+    off.close(spill=False)
+
+
+def test_evicted_partial_is_a_clean_miss(tmp_path: Path) -> None:
+    _, cache, mc, _, tokens = _one_stored(tmp_path, seed=10)
+    cache.clear(tier="hot")
+    assert mc.fetch([*tokens, 3]) == (None, 0)
+    assert cache.stats().cold.blocks == 0
     cache.close(spill=False)
 
 
@@ -107,5 +167,5 @@ def test_fetch_leaves_a_token_to_prefill(tmp_path: Path, num_prompt: int) -> Non
     _, kv, tokens = greedy(model, _prompt(12, seed=4), 4)
     mc.store(tokens, kv)
     _, num_cached = mc.fetch(tokens[:num_prompt])
-    assert num_cached == (num_prompt - 1) // B * B
+    assert num_cached == num_prompt - 1  # whole blocks, then the shared start of the next
     cache.close(spill=False)

@@ -107,3 +107,43 @@ def test_unsupported_layout_is_reported() -> None:
 
     with pytest.raises(kv_blocks.UnsupportedCache):
         kv_blocks.layer_spec(RotatingKVCache(max_size=16, keep=4))
+
+
+def test_partial_block_and_cut_rebuild() -> None:
+    """The unfilled last block slices on its own; a rebuild can stop inside the last block."""
+    model = build_model("llama")
+    _, cache, tokens = greedy(model, _prompt(29), 6)  # 35 tokens: 8 blocks and 3 over
+    layout = kv_blocks.model_layout(model)
+    assert layout.token_granular
+    blocks, _, _ = kv_blocks.slice_blocks(
+        cache, layout, num_tokens=len(tokens), block_size=B, first_block=8, partial=True
+    )
+    assert [(b.block_index, b.num_tokens) for b in blocks] == [(8, 3)]
+    assert blocks[0].arrays["l0.k"].shape[-2] == 3
+    whole, _, _ = kv_blocks.slice_blocks(cache, layout, num_tokens=len(tokens), block_size=B)
+    for num_tokens, parts in ((35, whole + blocks), (30, whole)):
+        rebuilt = kv_blocks.rebuild(
+            model,
+            layout,
+            [b.arrays for b in parts],
+            block_size=B,
+            bf16_names=set(),
+            num_tokens=num_tokens,
+        )
+        for orig, new in zip(cache, rebuilt, strict=True):
+            assert new.offset == num_tokens and new.keys.shape[2] == num_tokens
+            assert np.array_equal(np.asarray(orig.keys)[..., :num_tokens, :], np.asarray(new.keys))
+    with pytest.raises(ValueError):  # 28 tokens end in block 7, not in the last given
+        kv_blocks.rebuild(
+            model, layout, [b.arrays for b in whole], block_size=B, bf16_names=set(), num_tokens=28
+        )
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "hybrid"])
+def test_partial_blocks_refused_where_tokens_are_not_all_held(arch: str) -> None:
+    model = build_model(arch)
+    _, cache, _tokens = greedy(model, _prompt(29), 6)
+    layout = kv_blocks.model_layout(model)
+    assert not layout.token_granular
+    with pytest.raises(kv_blocks.UnsupportedCache):
+        kv_blocks.slice_blocks(cache, layout, num_tokens=35, block_size=B, partial=True)

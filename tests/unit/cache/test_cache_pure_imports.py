@@ -9,6 +9,7 @@ PURE = [
     "omlx.cache.chain_hash",
     "omlx.cache.index",
     "omlx.cache.hot_tier",
+    "omlx.cache.child_index",
     "omlx.cache.cold_format",
     "omlx.cache.cold_index",
     "omlx.cache.cold_store",
