@@ -6,6 +6,7 @@ so requests with different settings (and seeds) decode in the same batch.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import mlx.core as mx
@@ -18,20 +19,43 @@ LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
 
 
 def make_sampler(params: SamplingParams, vocab_size: int) -> Sampler:
-    """Greedy requests share mlx-lm's one greedy sampler, so an all-greedy batch samples
-    in one call; others get their own filter chain and, with a seed, their own PRNG key."""
+    """Greedy requests share mlx-lm's one greedy sampler, and unseeded requests with equal
+    settings share one sampler too, so a batch of them samples in one call (GenerationBatch
+    takes the batched path only when every row has the same sampler object). A seeded
+    request gets its own PRNG key, hence its own sampler."""
     if params.is_greedy:
         return greedy_sampler
-    filters: list[Callable[[mx.array], mx.array]] = []
-    if 0 < params.top_p < 1.0:
-        filters.append(lambda x: apply_top_p(x, params.top_p))
-    if params.min_p > 0.0:
-        filters.append(lambda x: apply_min_p(x, params.min_p))
-    if 0 < params.top_k < vocab_size:
-        filters.append(lambda x: apply_top_k(x, params.top_k))
-    inv_temp = 1.0 / params.temperature
+    settings = (params.temperature, params.top_p, params.min_p, params.top_k, vocab_size)
+    if params.seed is None:
+        return _shared_sampler(*settings)
     # Any int is a valid OpenAI seed; mx.random.key takes an unsigned 64-bit one.
-    key = [mx.random.key(params.seed % 2**64)] if params.seed is not None else None
+    return _sampler(*settings, key=[mx.random.key(params.seed % 2**64)])
+
+
+@functools.lru_cache(maxsize=64)
+def _shared_sampler(
+    temperature: float, top_p: float, min_p: float, top_k: int, vocab_size: int
+) -> Sampler:
+    return _sampler(temperature, top_p, min_p, top_k, vocab_size, key=None)
+
+
+def _sampler(
+    temperature: float,
+    top_p: float,
+    min_p: float,
+    top_k: int,
+    vocab_size: int,
+    *,
+    key: list[mx.array] | None,
+) -> Sampler:
+    filters: list[Callable[[mx.array], mx.array]] = []
+    if 0 < top_p < 1.0:
+        filters.append(lambda x: apply_top_p(x, top_p))
+    if min_p > 0.0:
+        filters.append(lambda x: apply_min_p(x, min_p))
+    if 0 < top_k < vocab_size:
+        filters.append(lambda x: apply_top_k(x, top_k))
+    inv_temp = 1.0 / temperature
 
     def sample(logprobs: mx.array) -> mx.array:
         for f in filters:
