@@ -53,6 +53,9 @@ def blas_env(mode: str) -> dict[str, str]:
     env = blas.optimized_env()
     if env is None:
         raise SystemExit("no optimized BLAS applies here (macOS, CUDA, or none installed)")
+    # The thread count is pinned for both: omlx's governor (blas_threads.py) would move it
+    # and the peer's cannot; serving_blas_threads.py compares the governed omlx.
+    env.pop(blas.ENV_AUTO_THREADS, None)
     return env
 
 

@@ -1,9 +1,9 @@
-"""omlx and mlx_lm.server at 1 and 2 OpenBLAS threads, in one run.
+"""omlx and mlx_lm.server at 1 and 2 OpenBLAS threads, and omlx governed, in one run.
 
-omlx's policy is one BLAS thread fewer than cores (blas.default_num_threads), and
-serving_bench.py gives the peer the same environment. This checks what the comparison
-looks like when both use every core instead: four servers up at once, taking turns level
-by level (serving_bench.interleaved_sweeps), medians over repeats.
+serving_bench.py pins one BLAS thread for both servers. This checks the comparison when
+both use every core, and omlx's default, where blas_threads.py moves the count with the
+machine's other load: five servers up at once, taking turns level by level
+(serving_bench.interleaved_sweeps), medians over repeats.
 
     python benchmarks/serving_blas_threads.py [--levels 4,16] [--repeats 3] [--smoke]
 """
@@ -14,12 +14,14 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import tempfile
 
 from model_dirs import default_model_dir
 from serving_bench import RESULTS, blas_env, interleaved_sweeps, level_summary, ratio
 
+from omlx.engine import blas
 from omlx.loadgen.server_process import (
     free_port,
     mlx_lm_command,
@@ -42,8 +44,8 @@ def markdown(res: dict) -> str:
         f"of {res['repeats']} interleaved repeats (per-repeat values in brackets).",
         "",
         "| concurrency | omlx 1t | mlx_lm 1t | ratio 1t | omlx 2t | mlx_lm 2t | ratio 2t | "
-        "omlx 1t / mlx_lm 2t |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "omlx auto | auto / mlx_lm 1t | auto / mlx_lm 2t |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for i, conc in enumerate(res["concurrency"]):
         t = {k: v[i] for k, v in lv.items()}
@@ -53,7 +55,8 @@ def markdown(res: dict) -> str:
             f"| {conc} | {cell['omlx-1t']} | {cell['mlx_lm-1t']} | "
             f"{ratio(tps['omlx-1t'], tps['mlx_lm-1t'])} | {cell['omlx-2t']} | "
             f"{cell['mlx_lm-2t']} | {ratio(tps['omlx-2t'], tps['mlx_lm-2t'])} | "
-            f"{ratio(tps['omlx-1t'], tps['mlx_lm-2t'])} |"
+            f"{cell['omlx-auto']} | {ratio(tps['omlx-auto'], tps['mlx_lm-1t'])} | "
+            f"{ratio(tps['omlx-auto'], tps['mlx_lm-2t'])} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -78,11 +81,15 @@ def main() -> None:
             ("omlx", omlx_command, model_dir.name),
             ("mlx_lm", mlx_lm_command, "default_model"),
         ):
-            for threads in THREADS:
+            for threads in THREADS if name == "mlx_lm" else (*THREADS, "auto"):
                 port = free_port()
-                env = {**blas_env("preload"), "OPENBLAS_NUM_THREADS": str(threads)}
+                if threads == "auto":  # omlx's default: the governor moves the count
+                    pinned = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+                    env = blas.optimized_env(pinned)
+                else:
+                    env = {**blas_env("preload"), "OPENBLAS_NUM_THREADS": str(threads)}
                 env["OMLX_CACHE__COLD_DIR"] = tempfile.mkdtemp()  # no hits left by earlier runs
-                key = f"{name}-{threads}t"
+                key = f"{name}-{threads}" + ("t" if threads != "auto" else "")
                 log = RESULTS / f"{args.out}-{key}.log"
                 base = stack.enter_context(
                     server_process(command(model_dir, port), port, env=env, log_path=log)

@@ -25,7 +25,7 @@ import mmap
 import os
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +34,7 @@ from omlx.errors import OmlxError
 ENV_CHOICE = "OMLX_BLAS"
 # Set on the re-executed process: its value is the preloaded library. Guards against loops.
 ENV_MARKER = "OMLX_BLAS_PRELOADED"
+ENV_AUTO_THREADS = "OMLX_BLAS_AUTO_THREADS"  # set when omlx picked OPENBLAS_NUM_THREADS
 OFF_VALUES = frozenset({"off", "0", "false", "no", "none", "reference"})
 CMEEL_LIBRARY = "cmeel.prefix/lib/libopenblas.so.0"
 NGSOLVE_GLOB = "ngsolve_openblas/libopenblas*.so*"
@@ -108,7 +109,21 @@ def preload_env(env: Mapping[str, str], plan: BlasPlan) -> dict[str, str]:
     out[ENV_MARKER] = plan.library
     if "OPENBLAS_NUM_THREADS" not in env and "OMP_NUM_THREADS" not in env:
         out["OPENBLAS_NUM_THREADS"] = str(default_num_threads())
+        out[ENV_AUTO_THREADS] = "1"  # omlx chose the count: blas_threads may change it
     return out
+
+
+def thread_control() -> Callable[[int], None] | None:
+    """Sets the loaded OpenBLAS's thread count, when omlx chose it (None otherwise)."""
+    if os.environ.get(ENV_AUTO_THREADS) != "1":
+        return None
+    try:
+        set_threads = ctypes.CDLL(None).openblas_set_num_threads
+    except (AttributeError, OSError):
+        return None
+    set_threads.argtypes = [ctypes.c_int]
+    set_threads.restype = None
+    return lambda n: set_threads(n)
 
 
 def default_num_threads(num_cores: int | None = None) -> int:
@@ -148,7 +163,7 @@ def stock_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     plan = decide({ENV_CHOICE: "auto"}).plan
     if plan is not None:
         ours.add(plan.library)
-    out = {k: v for k, v in env.items() if k != ENV_MARKER}
+    out = {k: v for k, v in env.items() if k not in (ENV_MARKER, ENV_AUTO_THREADS)}
     kept = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p not in ours]
     if kept:
         out["LD_PRELOAD"] = " ".join(kept)

@@ -26,6 +26,7 @@ from omlx.engine.api import (
     Token,
     TokenLogprob,
 )
+from omlx.engine.blas_threads import ThreadGovernor, process_governor
 from omlx.engine.commands import (
     AltPath,
     Call,
@@ -91,6 +92,7 @@ class EngineRunner:
     _pacer: PrefillPacer | None = None
     _deadline: float | None = None  # set by Shutdown: cancel what still runs after it
     _memory_at: float = 0.0
+    _blas: ThreadGovernor | None = None
     steps: int = 0  # engine steps taken (tests count decode steps during a prefill)
     decode_steps_during_prefill: int = 0
 
@@ -111,6 +113,7 @@ class EngineRunner:
                 self._outbox.flush()
                 self._store_finished()
                 self._refresh_memory()
+                self._tune_blas()
         except Exception:
             log.exception("engine thread of model %s crashed", self.name)
             raise
@@ -136,6 +139,7 @@ class EngineRunner:
         if self.prefix_factory is not None:
             self._prefix = self.prefix_factory(self._lm.model, self.path)
         self.metrics.memory["model_bytes"] = self._lm.weight_bytes
+        self._blas = process_governor()
 
     def _new_generator(self) -> Any:
         assert self._lm is not None
@@ -472,6 +476,10 @@ class EngineRunner:
             mlx_peak_bytes=mx.get_peak_memory(),
             mlx_cache_bytes=mx.get_cache_memory(),
         )
+
+    def _tune_blas(self) -> None:
+        if self._blas is not None:
+            self._blas.tick(self.name, busy=bool(self._live))
 
 
 __all__ = ["EngineRunner"]

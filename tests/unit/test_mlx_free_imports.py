@@ -31,6 +31,7 @@ ENGINE_PURE = [
     "omlx.engine.api",
     "omlx.engine.templating",
     "omlx.engine.scheduling",
+    "omlx.engine.blas_threads",
     "omlx.engine.stop_strings",
     "omlx.engine.validation",
     "omlx.engine.model_store",
