@@ -131,7 +131,8 @@ def default_num_threads(num_cores: int | None = None) -> int:
 
     OpenBLAS threads spin at barriers; when one of them loses its core to another thread,
     a whole matmul waits (measured on 2 cores with one core busy: prefill fell from ~190 to
-    ~25 tok/s with 2 threads, and stayed at ~190 with 1).
+    ~25 tok/s with 2 threads, and stayed at ~190 with 1). This is the starting count; while
+    other processes leave the machine alone, blas_threads.py raises it to every core.
     """
     return max(1, (num_cores or os.cpu_count() or 1) - 1)
 
