@@ -123,7 +123,7 @@ def thread_control() -> Callable[[int], None] | None:
         return None
     set_threads.argtypes = [ctypes.c_int]
     set_threads.restype = None
-    return lambda n: set_threads(n)
+    return set_threads
 
 
 def default_num_threads(num_cores: int | None = None) -> int:

@@ -31,12 +31,12 @@ GROW_BELOW_CORES = 0.15  # others' load under which a thread is added
 SHRINK_ABOVE_CORES = 0.30  # ... and over which one is taken away (hysteresis between)
 
 
-def threads_for(others_busy: float, num_cores: int, current: int, floor: int = 1) -> int:
+def threads_for(others_busy: float, num_cores: int, current: int) -> int:
     """The thread count for `others_busy` cores of load by other processes."""
 
     def fit(slack: float) -> int:
         taken = math.ceil(max(0.0, others_busy - slack))
-        return max(floor, min(num_cores, num_cores - taken))
+        return max(1, min(num_cores, num_cores - taken))
 
     grow, shrink = fit(GROW_BELOW_CORES), fit(SHRINK_ABOVE_CORES)
     if current < grow:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,9 @@ def test_reads_proc_stat(tmp_path: Path) -> None:
     stat = tmp_path / "stat"
     stat.write_text("cpu  100 0 50 900 0 0 0 25 0 0\ncpu0 1 2 3\n")
     sample = read_sample(stat)
-    assert sample is not None and sample.machine_busy_s > 0
+    # user + nice + system + irq + softirq + steal; idle and iowait are not busy.
+    assert sample is not None
+    assert sample.machine_busy_s == pytest.approx(175 / os.sysconf("SC_CLK_TCK"))
     assert read_sample(tmp_path / "missing") is None
 
 
