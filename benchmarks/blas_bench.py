@@ -33,7 +33,7 @@ def child(args: argparse.Namespace) -> None:
     import mlx.core as mx
     import mlx_lm
 
-    from omlx.engine.blas import active_blas_library, blas_description
+    from omlx.platform.blas import active_blas_library, blas_description
 
     out: dict = {"blas": blas_description(), "blas_library": active_blas_library()}
     out["matmul_gflops"] = {str(n): _matmul_gflops(mx, n) for n in args.matmul_sizes}
@@ -102,7 +102,7 @@ def main() -> None:
         args.prompt_tokens, args.decode_tokens, args.repeats, args.rounds = 32, 8, 1, 1
         args.matmul_sizes = [256]
 
-    from omlx.engine.blas import optimized_env, stock_env
+    from omlx.platform.blas import optimized_env, stock_env
 
     fast_env = optimized_env()
     if fast_env is None:

@@ -20,9 +20,9 @@ import tempfile
 from model_dirs import default_model_dir
 from serving_bench import RESULTS
 
-from omlx.engine import blas
 from omlx.loadgen.scenarios import run_level
 from omlx.loadgen.server_process import free_port, omlx_command, run_facts, server_process
+from omlx.platform import blas
 
 
 def main() -> None:

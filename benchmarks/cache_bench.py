@@ -69,8 +69,8 @@ def _text(words: int, salt: int) -> str:
 
 
 def start(cmd: list[str], port: int, extra_env: dict[str, str] | None = None):
-    from omlx.engine import blas
     from omlx.loadgen.server_process import server_process
+    from omlx.platform import blas
 
     env = blas.optimized_env() or dict(os.environ)
     return server_process(cmd, port, env={**env, **(extra_env or {})})

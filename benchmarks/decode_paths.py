@@ -64,12 +64,12 @@ async def measure(model_dir: Path, num_tokens: int, rounds: int, profile: Path |
     from mlx_lm import load
     from mlx_lm.generate import BatchGenerator
 
-    from omlx.engine.fused_join import FusedJoinBatchGenerator
-    from omlx.engine.pool import ModelPool
+    from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
+    from omlx.pool.pool import LocalModelPool
     from omlx.settings import Settings
 
     model, tok = load(str(model_dir))
-    pool = ModelPool(Settings(), models={"m": model_dir})
+    pool = LocalModelPool(Settings(), models={"m": model_dir})
     paths = {
         "generate_step": lambda n, i: _now(bare_round(model, tok, n)),
         "batch_generator": lambda n, i: _now(generator_round(BatchGenerator, model, tok, n)),
@@ -108,7 +108,7 @@ async def _now(value):
 
 
 def main() -> None:
-    from omlx.engine.blas import reexec_with_blas
+    from omlx.platform.blas import reexec_with_blas
 
     reexec_with_blas()
     ap = argparse.ArgumentParser(description=__doc__)

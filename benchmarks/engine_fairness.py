@@ -76,10 +76,12 @@ async def measure(
     model_dir: Path, streams: int, long_tokens: int, share: float, baseline_tokens: int
 ) -> dict[str, float]:
     from omlx.engine.api import GenerationRequest, RequestId, SamplingParams, Started, Token
-    from omlx.engine.pool import ModelPool
+    from omlx.pool.pool import LocalModelPool
     from omlx.settings import EngineSettings, Settings
 
-    pool = ModelPool(Settings(engine=EngineSettings(prefill_share=share)), models={"m": model_dir})
+    pool = LocalModelPool(
+        Settings(engine=EngineSettings(prefill_share=share)), models={"m": model_dir}
+    )
     times: dict[str, float] = {}
 
     async def long_prompt(state, counts, tasks) -> None:
@@ -140,7 +142,7 @@ async def measure(
 
 
 def main() -> None:
-    from omlx.engine.blas import reexec_with_blas
+    from omlx.platform.blas import reexec_with_blas
 
     reexec_with_blas()  # the BLAS `omlx serve` runs on (OMLX_BLAS=off: MLX's reference one)
     ap = argparse.ArgumentParser(description=__doc__)

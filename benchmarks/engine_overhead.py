@@ -63,11 +63,11 @@ def _rates(stamps: list[tuple[float, float]]) -> tuple[float, float]:
 async def measure(model_dir: Path, num_tokens: int, rounds: int) -> dict[str, float]:
     from mlx_lm import load
 
-    from omlx.engine.pool import ModelPool
+    from omlx.pool.pool import LocalModelPool
     from omlx.settings import Settings
 
     model, tok = load(str(model_dir))
-    pool = ModelPool(Settings(), models={"m": model_dir})
+    pool = LocalModelPool(Settings(), models={"m": model_dir})
     bare, engine = [], []
     try:
         bare_round(model, tok, 4)  # warm-up both paths
@@ -88,7 +88,7 @@ async def measure(model_dir: Path, num_tokens: int, rounds: int) -> dict[str, fl
 
 
 def main() -> None:
-    from omlx.engine.blas import reexec_with_blas
+    from omlx.platform.blas import reexec_with_blas
 
     reexec_with_blas()  # the BLAS `omlx serve` runs on (OMLX_BLAS=off: MLX's reference one)
     ap = argparse.ArgumentParser(description=__doc__)

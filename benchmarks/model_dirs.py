@@ -9,7 +9,7 @@ from pathlib import Path
 
 def default_model_dir() -> Path:
     """The default model's folder, imported from its offline package on first use."""
-    from omlx.engine.default_model import ensure_default_model
+    from omlx.models.default_model import ensure_default_model
     from omlx.settings import omlx_home
 
     return ensure_default_model(omlx_home() / "models")

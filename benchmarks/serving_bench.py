@@ -46,7 +46,7 @@ def blas_env(mode: str) -> dict[str, str]:
     """The environment both servers run in: stock (MLX's bundled reference BLAS) or
     preload (the optimized BLAS omlx uses, preloaded for the peer too, so the comparison
     stays honest)."""
-    from omlx.engine import blas
+    from omlx.platform import blas
 
     if mode == "stock":
         return blas.stock_env()

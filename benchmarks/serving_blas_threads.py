@@ -21,7 +21,6 @@ import tempfile
 from model_dirs import default_model_dir
 from serving_bench import RESULTS, blas_env, interleaved_sweeps, level_summary, ratio
 
-from omlx.engine import blas
 from omlx.loadgen.server_process import (
     free_port,
     mlx_lm_command,
@@ -29,6 +28,7 @@ from omlx.loadgen.server_process import (
     run_facts,
     server_process,
 )
+from omlx.platform import blas
 
 THREADS = (1, 2)
 

@@ -85,13 +85,13 @@ async def http_round(base: str, model: str, num_tokens: int) -> float:
 async def measure(model_dir: Path, num_tokens: int, rounds: int, logs: Path) -> dict:
     from mlx_lm import load
 
-    from omlx.engine.pool import ModelPool
     from omlx.loadgen.server_process import (
         free_port,
         mlx_lm_command,
         omlx_command,
         server_process,
     )
+    from omlx.pool.pool import LocalModelPool
     from omlx.settings import Settings
 
     rates: dict[str, list[float]] = {"bare": [], "engine": [], "omlx_http": [], "mlx_lm_http": []}
@@ -106,7 +106,7 @@ async def measure(model_dir: Path, num_tokens: int, rounds: int, logs: Path) -> 
             server_process(mlx_lm_command(model_dir, p2), p2, log_path=logs / "mlx_lm.log")
         )
         model, tok = load(str(model_dir))
-        pool = ModelPool(Settings(), models={"m": model_dir})
+        pool = LocalModelPool(Settings(), models={"m": model_dir})
         try:
             paths = {
                 # On this thread: MLX streams are thread-bound (the model was loaded here).
@@ -152,7 +152,7 @@ def _pct(path: float, reference: float) -> float:
 
 
 def main() -> None:
-    from omlx.engine.blas import reexec_with_blas
+    from omlx.platform.blas import reexec_with_blas
 
     reexec_with_blas()  # the BLAS `omlx serve` runs on; a no-op on CUDA
     ap = argparse.ArgumentParser(description=__doc__)

@@ -3,7 +3,7 @@
     python benchmarks/weight_layout_bench.py [--model DIR] [--rounds 4] [--smoke] [--out FILE]
 
 Two copies of the model (default: the default model) in one process, one as mlx-lm loads
-it and one with omlx's input-major linears (omlx/engine/weight_layout.py); rounds
+it and one with omlx's input-major linears (omlx/platform/weight_layout.py); rounds
 alternate between them. Per batch size, one decode step's wall time (a cache of 200
 tokens per row), median of rounds; a 173-token prefill; the largest logit difference
 between the two. Runs on the optimized BLAS, as omlx does. One JSON line.
@@ -63,7 +63,7 @@ def measure(model_dir: Path, rounds: int, steps: int) -> dict:
     import mlx.core as mx
     from mlx_lm import load
 
-    from omlx.engine.weight_layout import use_input_major_linears
+    from omlx.platform.weight_layout import use_input_major_linears
 
     stock, _ = load(str(model_dir))
     swapped, _ = load(str(model_dir))
@@ -92,7 +92,7 @@ def measure(model_dir: Path, rounds: int, steps: int) -> dict:
 
 
 def main() -> None:
-    from omlx.engine.blas import reexec_with_blas
+    from omlx.platform.blas import reexec_with_blas
 
     reexec_with_blas()
     ap = argparse.ArgumentParser(description=__doc__)
@@ -107,8 +107,8 @@ def main() -> None:
         args.rounds, args.steps = 1, 2
     if args.model is None:
         args.model = default_model_dir()
-    from omlx.engine import blas
     from omlx.loadgen.server_process import emit_json_line, run_facts
+    from omlx.platform import blas
 
     result = measure(args.model, args.rounds, args.steps)
     record = {"bench": "weight_layout", **run_facts(), "blas": blas.blas_description()}

@@ -22,13 +22,15 @@ from typing import Any
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import (
+
+from omlx.mlx_lm_compat import (
     ArraysCache,
     KVCache,
     QuantizedKVCache,
     RotatingKVCache,
     make_prompt_cache,
 )
+from omlx.mlx_lm_compat.cache_internals import restore_rotating, rotating_in_order
 
 KV, QUANTIZED, ROTATING, ARRAYS = "kv", "quantized", "rotating", "arrays"
 
@@ -179,7 +181,7 @@ def slice_blocks(
             parts = {"k": list(c.keys), "v": list(c.values)}
             span = 0  # quantized caches hold every token from position 0
         elif spec.kind == ROTATING:
-            k, v = c._temporal_order(c.keys), c._temporal_order(c.values)
+            k, v = rotating_in_order(c)
             span = int(c.offset) - k.shape[2]  # position of the first token still held
             parts = {"k": [k], "v": [v]}
         else:
@@ -259,8 +261,7 @@ def rebuild(
             first = (num_tokens - keep) // block_size
             k = _concat(blocks[first:], f"l{li}.k", bf16_names)
             v = _concat(blocks[first:], f"l{li}.v", bf16_names)
-            c.keys, c.values = k[..., -keep:, :], v[..., -keep:, :]
-            c.offset, c._idx = num_tokens, keep
+            restore_rotating(c, k[..., -keep:, :], v[..., -keep:, :], num_tokens, keep)
         else:
             c.keys = _concat(blocks, f"l{li}.k", bf16_names, num_tokens)
             c.values = _concat(blocks, f"l{li}.v", bf16_names, num_tokens)

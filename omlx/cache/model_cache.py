@@ -280,7 +280,7 @@ class ModelPrefixCache:
 
 
 def prefix_factory(cache: PrefixCache) -> Callable[[Any, Path], ModelPrefixCache]:
-    """What ModelPool calls on each engine thread once the model is loaded."""
+    """What LocalModelPool calls on each engine thread once the model is loaded."""
 
     def make(model: Any, model_dir: Path) -> ModelPrefixCache:
         fp = model_fingerprint(model_dir, dtype=_param_dtype(model))

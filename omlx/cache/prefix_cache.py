@@ -102,7 +102,7 @@ class PrefixCache:
         return view
 
     def factory(self) -> Callable[[Any, Path], ModelPrefixCache]:
-        """`(model, model_dir) -> ModelPrefixCache` for ModelPool(prefix_factory=...)."""
+        """`(model, model_dir) -> ModelPrefixCache` for LocalModelPool(prefix_factory=...)."""
         from omlx.cache.model_cache import prefix_factory
 
         return prefix_factory(self)

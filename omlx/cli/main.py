@@ -15,7 +15,7 @@ from omlx.cli.commands import (
     serve,
     top,
 )
-from omlx.engine.blas import reexec_with_blas
+from omlx.platform.blas import reexec_with_blas
 
 app = typer.Typer(
     name="omlx",

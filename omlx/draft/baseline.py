@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.generate import generate_step
 
 from omlx.draft.loop import DFlashParams
 from omlx.draft.sampling import sample_with_temperature
 from omlx.draft.stopping import StopCondition
+from omlx.mlx_lm_compat import generate_step
 
 
 @dataclass(slots=True)

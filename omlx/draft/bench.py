@@ -155,7 +155,7 @@ def run_bench(
     draft_by_argmax: bool = False,
 ) -> dict[str, Any]:
     """Load the target and draft, compare plain and DFlash decoding; a JSON-ready dict."""
-    from mlx_lm import load
+    from omlx.mlx_lm_compat import load
 
     model, tokenizer = load(str(model_path))
     texts = read_prompts(prompts_file)

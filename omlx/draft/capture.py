@@ -15,10 +15,11 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import ArraysCache, KVCache, make_prompt_cache
 
 from omlx.draft.tape import GatedDeltaTape, TapeGatedDeltaNet, can_tape
 from omlx.errors import DraftMismatch
+from omlx.mlx_lm_compat import ArraysCache, KVCache, make_prompt_cache
+from omlx.mlx_lm_compat.decoder import decoder_stack
 
 # Inputs up to this long (verify blocks) see keys padded to a multiple of this width.
 MAX_BUCKETED_TOKENS = 64
@@ -97,8 +98,8 @@ class _CaptureLayer(nn.Module):
 
 def _text_model(model: nn.Module) -> nn.Module:
     """The inner decoder stack (`model.model`), for llama, qwen2/3 and qwen3_5 alike."""
-    inner = getattr(model, "model", None)
-    if inner is None or not isinstance(getattr(inner, "layers", None), list):
+    inner = decoder_stack(model)
+    if inner is None:
         raise DraftMismatch(f"DFlash cannot find the decoder layers of {type(model).__name__}")
     return inner
 

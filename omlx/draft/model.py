@@ -14,12 +14,10 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.activations import swiglu
-from mlx_lm.models.cache import KVCache
-from mlx_lm.models.rope_utils import initialize_rope
 
 from omlx.draft.config import DFlashConfig
 from omlx.errors import InvalidRequest
+from omlx.mlx_lm_compat import KVCache, initialize_rope, swiglu
 
 
 def _block_attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:

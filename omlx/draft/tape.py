@@ -18,23 +18,9 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.gated_delta import (
-    compute_g,
-    gated_delta_kernel,
-    gated_delta_ops,
-    normalize_qk,
-)
-from mlx_lm.models.qwen3_5 import GatedDeltaNet
 
-
-def _recurrence(
-    q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array
-) -> tuple[mx.array, mx.array]:
-    """The gated delta rule, dispatched as mlx-lm's `gated_delta_update` dispatches it."""
-    dk = k.shape[-1]
-    if mx.default_device() == mx.gpu and mx.metal.is_available() and dk >= 32 and dk % 32 == 0:
-        return gated_delta_kernel(q, k, v, g, beta, state)
-    return gated_delta_ops(q, k, v, g, beta, state)
+from omlx.mlx_lm_compat.gated_delta import GatedDeltaNet, compute_g, normalize_qk
+from omlx.mlx_lm_compat.gated_delta import recurrence as _recurrence
 
 
 @dataclass(slots=True)

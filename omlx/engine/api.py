@@ -192,7 +192,7 @@ class RerankResult:
     prompt_tokens: int
 
 
-class EnginePool(Protocol):
+class ModelPool(Protocol):
     """What the server needs from the engines."""
 
     def list_models(self) -> list[ModelInfo]: ...

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from omlx.engine.api import GenerationEvent, RequestId, SamplingParams
-from omlx.engine.templating import PreparedPrompt
+from omlx.engine.text.templating import PreparedPrompt
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,14 +25,14 @@ from omlx.engine.api import (
 )
 from omlx.engine.commands import AltPath, Call, Cancel, EventSink, Shutdown, Submission, Submit
 from omlx.engine.metrics import EngineMetrics
-from omlx.engine.output import make_parser
-from omlx.engine.templating import ModelSpec, PreparedPrompt, prepare_prompt
-from omlx.engine.validation import validate_request
+from omlx.engine.text.output import make_parser
+from omlx.engine.text.templating import ModelSpec, PreparedPrompt, prepare_prompt
+from omlx.engine.text.validation import validate_request
 from omlx.errors import OmlxError, Overloaded
 from omlx.settings import EngineSettings
 
 
-class Engine:
+class TextEngine:
     """An engine thread for one model plus its asyncio-facing handle."""
 
     def __init__(
@@ -44,12 +44,12 @@ class Engine:
         prefix_factory: Callable[[Any, Path], Any] | None = None,
         alt_path: AltPath | None = None,
     ) -> None:
-        from omlx.engine.runner import EngineRunner  # imports MLX: only once an engine exists
+        from omlx.engine.loop import EngineLoop  # imports MLX: only once an engine exists
 
         self.name = name
         self.settings = settings
         self.metrics = EngineMetrics(model=name)
-        self._runner = EngineRunner(
+        self._runner = EngineLoop(
             name, path, settings, self.metrics, prefix_factory=prefix_factory, alt_path=alt_path
         )
         self._thread = threading.Thread(
@@ -208,4 +208,4 @@ def _with_tool_calls(done: Done, num_calls: int) -> Done:
     return done
 
 
-__all__ = ["Engine", "ToolCall"]
+__all__ = ["TextEngine", "ToolCall"]

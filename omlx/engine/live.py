@@ -8,8 +8,8 @@ from typing import Any
 
 from omlx.engine.api import Done, Failed, FinishReason, RequestId
 from omlx.engine.commands import Submission
-from omlx.engine.detokenize import TextStream
-from omlx.engine.thinking import ThinkBudget
+from omlx.engine.text.detokenize import TextStream
+from omlx.engine.text.thinking import ThinkBudget
 
 
 @dataclass(slots=True)

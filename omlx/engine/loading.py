@@ -11,9 +11,9 @@ from typing import Any
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
-from omlx.engine.templating import ModelSpec, context_length
-from omlx.engine.weight_layout import use_input_major_linears, wants_input_major
+from omlx.engine.text.templating import ModelSpec, context_length
 from omlx.errors import ImportFailed
+from omlx.platform.weight_layout import use_input_major_linears, wants_input_major
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +30,9 @@ class LoadedModel:
 def load_text_model(name: str, path: Path) -> LoadedModel:
     """mlx_lm.load plus what the engine needs: EOS ids (config and generation_config),
     the context window and the vocabulary size."""
-    from mlx_lm import load
+    from omlx.mlx_lm_compat import load, warn_if_unchecked
 
+    warn_if_unchecked()
     try:
         model, tokenizer, config = load(str(path), return_config=True)
     except (FileNotFoundError, ValueError) as e:

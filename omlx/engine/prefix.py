@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 
-class ModelPrefixCache(Protocol):
+class PrefixHooks(Protocol):
     def fetch(
         self, tokens: Sequence[int], extra_keys: Sequence[Any] = ()
     ) -> tuple[list[Any] | None, int]:
@@ -24,7 +24,7 @@ class ModelPrefixCache(Protocol):
         ...
 
 
-class NoPrefixCache:
+class NoPrefixHooks:
     """Caches nothing: every prompt is prefilled in full."""
 
     def fetch(

@@ -10,9 +10,9 @@ import functools
 from collections.abc import Callable
 
 import mlx.core as mx
-from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, greedy_sampler
 
 from omlx.engine.api import SamplingParams
+from omlx.mlx_lm_compat import apply_min_p, apply_top_k, apply_top_p, greedy_sampler
 
 Sampler = Callable[[mx.array], mx.array]
 LogitsProcessor = Callable[[mx.array, mx.array], mx.array]

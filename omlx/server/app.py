@@ -9,7 +9,7 @@ from litestar import Litestar
 from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 
-from omlx.engine.api import CacheAdmin, EnginePool
+from omlx.engine.api import CacheAdmin, ModelPool
 from omlx.server.auth import make_api_key_guard
 from omlx.server.errors import exception_handler
 from omlx.server.request_log import RequestLogMiddleware
@@ -30,7 +30,7 @@ from omlx.settings import Settings
 
 
 def create_app(
-    pool: EnginePool,
+    pool: ModelPool,
     settings: Settings,
     *,
     close_pool_on_shutdown: bool = False,

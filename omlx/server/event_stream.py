@@ -14,10 +14,10 @@ from typing import Any
 
 from omlx.engine.api import (
     Done,
-    EnginePool,
     Failed,
     GenerationEvent,
     GenerationRequest,
+    ModelPool,
     Token,
 )
 
@@ -73,7 +73,7 @@ class _IdleTimer:
 class EventStream:
     """Runs `pool.generate(request)` in a task; `close()` cancels it in the engine."""
 
-    def __init__(self, pool: EnginePool, request: GenerationRequest) -> None:
+    def __init__(self, pool: ModelPool, request: GenerationRequest) -> None:
         self._pool = pool
         self.request = request
         self.request_id = request.request_id

@@ -15,10 +15,10 @@ from litestar import Request
 
 from omlx.engine.api import (
     Done,
-    EnginePool,
     Failed,
     GenerationEvent,
     GenerationRequest,
+    ModelPool,
     Started,
     Token,
     TokenLogprob,
@@ -40,7 +40,7 @@ from omlx.settings import Settings
 ADMISSION_WAIT_S = 0.25
 
 
-def pool_of(request: Request[Any, Any, Any]) -> EnginePool:
+def pool_of(request: Request[Any, Any, Any]) -> ModelPool:
     return request.app.state["pool"]
 
 

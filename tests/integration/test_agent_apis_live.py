@@ -9,7 +9,7 @@ import anthropic
 import openai
 import pytest
 
-from omlx.engine.pool import ModelPool
+from omlx.pool.pool import LocalModelPool
 from omlx.server.app import create_app
 from omlx.settings import EngineSettings, Settings
 from tests.fixtures.live_server import LiveServer, running_server
@@ -27,7 +27,7 @@ TOOL = {
 @pytest.fixture(scope="module")
 def live(tiny_qwen3_dir: Path) -> Iterator[LiveServer]:
     settings = Settings(engine=EngineSettings(default_model="tiny"))
-    pool = ModelPool(settings, models={"tiny": tiny_qwen3_dir})
+    pool = LocalModelPool(settings, models={"tiny": tiny_qwen3_dir})
     app = create_app(pool, settings, close_pool_on_shutdown=True)
     with running_server(app, settings) as server:
         yield server

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from omlx.cli.main import app as cli_app
-from omlx.engine.pool import ModelPool
+from omlx.pool.pool import LocalModelPool
 from omlx.server.app import create_app
 from omlx.settings import EngineSettings, Settings
 from tests.fixtures.live_server import running_server
@@ -23,7 +23,7 @@ def _levels(output: str) -> list[dict]:
 
 def test_bench_against_a_running_server(tiny_llama_dir: Path) -> None:
     settings = Settings(engine=EngineSettings(default_model="tiny"))
-    pool = ModelPool(settings, models={"tiny": tiny_llama_dir})
+    pool = LocalModelPool(settings, models={"tiny": tiny_llama_dir})
     app = create_app(pool, settings, close_pool_on_shutdown=True)
     with running_server(app, settings) as live:
         result = CliRunner().invoke(cli_app, [

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from omlx.cache.prefix_cache import PrefixCache
-from omlx.engine.pool import ModelPool
+from omlx.pool.pool import LocalModelPool
 from omlx.server.app import create_app
 from omlx.settings import CacheSettings, EngineSettings, Settings
 from tests.fixtures.live_server import LiveServer, running_server
@@ -29,7 +29,7 @@ def _serve(model_dir: Path, cold_dir: Path) -> Iterator[tuple[LiveServer, Prefix
         cache=CacheSettings(block_size=16, hot_budget_bytes=64 * 1024**2),
     )
     cache = PrefixCache(settings.cache, cold_dir, cold_cap_bytes=512 * 1024**2)
-    pool = ModelPool(
+    pool = LocalModelPool(
         settings, models={"tiny": model_dir}, prefix_factory=cache.factory(),
         cache_stats=cache.stats,
     )  # fmt: skip

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from omlx.engine.pool import ModelPool
+from omlx.pool.pool import LocalModelPool
 from omlx.settings import ModelSettings, Settings
 from tests.fixtures.live_server import running_server
 from tests.fixtures.tiny_encoders import build_tiny_bert, minilm_dir
@@ -34,7 +34,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, tiny_qwen3_dir: Path):
         "q": tiny_qwen3_dir,
     }
     settings = Settings(models=ModelSettings(pinned=["ce"]))
-    pool = ModelPool(settings, models=models)
+    pool = LocalModelPool(settings, models=models)
     with running_server(pool, settings) as server:
         yield server
     asyncio.run(pool.close(grace_s=0))

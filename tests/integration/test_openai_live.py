@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from omlx.engine.pool import ModelPool
+from omlx.pool.pool import LocalModelPool
 from omlx.server.app import create_app
 from omlx.settings import EngineSettings, ServerSettings, Settings
 from tests.fixtures.live_server import LiveServer, running_server
@@ -25,7 +25,7 @@ def _serve(model_dir: Path, name: str = "tiny", **engine: object):
         engine=EngineSettings(**engine),  # type: ignore[arg-type]
         server=ServerSettings(keepalive_interval_s=0.05),
     )
-    pool = ModelPool(settings, models={name: model_dir})
+    pool = LocalModelPool(settings, models={name: model_dir})
     return running_server(create_app(pool, settings, close_pool_on_shutdown=True), settings)
 
 

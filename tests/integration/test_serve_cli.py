@@ -114,7 +114,7 @@ def test_serve_then_sigterm_lets_the_open_stream_finish(
 def test_serve_without_any_model_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
-    import omlx.engine.default_model as default_model
+    import omlx.models.default_model as default_model
     from omlx.cli.main import app
 
     monkeypatch.setattr(default_model, "find_default_gguf", lambda: None)  # wheel "missing"

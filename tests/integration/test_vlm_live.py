@@ -12,7 +12,7 @@ import openai
 import pytest
 from PIL import Image
 
-from omlx.engine.pool import ModelPool
+from omlx.pool.pool import LocalModelPool
 from omlx.settings import ModelSettings, Settings
 from tests.fixtures.live_server import running_server
 from tests.fixtures.tiny_vlm import build_tiny_qwen2_vl
@@ -48,7 +48,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, tiny_qwen3_dir: Path):
     }
     # The big test PNG is ~25 kB: a 20 kB cap refuses it.
     settings = Settings(models=ModelSettings(image_max_bytes=20_000, image_fetch_timeout_s=3))
-    pool = ModelPool(settings, models=models)
+    pool = LocalModelPool(settings, models=models)
     with running_server(pool, settings) as server:
         yield server
     asyncio.run(pool.close(grace_s=0))

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from omlx.engine.blas import (
+from omlx.platform.blas import (
     ENV_MARKER,
     active_blas_library,
     decide,
@@ -29,7 +29,7 @@ PROBE = r"""
 import json, sys
 import mlx.core as mx, mlx_lm, numpy as np
 from mlx_lm.generate import generate_step
-from omlx.engine.blas import active_blas_library
+from omlx.platform.blas import active_blas_library
 
 out = sys.argv[1]
 mx.random.seed(0)
@@ -99,7 +99,7 @@ def _reexec_script(log: Path) -> str:
     return (
         "import os, sys\n"
         f"open({str(log)!r}, 'a').write(str(os.getpid()) + '\\n')\n"
-        "from omlx.engine.blas import reexec_with_blas, active_blas_library\n"
+        "from omlx.platform.blas import reexec_with_blas, active_blas_library\n"
         "reexec_with_blas()\n"
         "print(active_blas_library(), sys.argv[1:], repr(sys.stdin.read()))\n"
         "sys.exit(7)\n"

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from omlx.cli.main import app
-from omlx.engine.default_model import find_default_gguf
+from omlx.models.default_model import find_default_gguf
 
 runner = CliRunner()
 SMOLLM2_PARAMS = 134_515_008  # tied embeddings: counted once

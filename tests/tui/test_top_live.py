@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from omlx.cli.main import app as cli_app
-from omlx.engine.pool import ModelPool
+from omlx.pool.pool import LocalModelPool
 from omlx.server.app import create_app
 from omlx.settings import EngineSettings, Settings
 from omlx.tui.app import TopApp
@@ -37,7 +37,7 @@ def _settings() -> Settings:
 @pytest.fixture
 def live(tiny_llama_dir: Path) -> Iterator[LiveServer]:
     settings = _settings()
-    pool = ModelPool(settings, models={"tiny": tiny_llama_dir})
+    pool = LocalModelPool(settings, models={"tiny": tiny_llama_dir})
     app = create_app(pool, settings, close_pool_on_shutdown=True, stats_interval_s=0.2)
     with running_server(app, settings) as server:
         yield server
@@ -122,7 +122,7 @@ async def test_disconnect_and_reconnect(tiny_llama_dir: Path) -> None:
     port = _free_port()
 
     def serve():
-        pool = ModelPool(settings, models={"tiny": tiny_llama_dir})
+        pool = LocalModelPool(settings, models={"tiny": tiny_llama_dir})
         app = create_app(pool, settings, close_pool_on_shutdown=True, stats_interval_s=0.2)
         return running_server(app, settings, port=port)
 

@@ -1,4 +1,4 @@
-"""The BLAS preload decision (omlx.engine.blas) without MLX: choices, env building, guards."""
+"""The BLAS preload decision (omlx.platform.blas) without MLX: choices, env building, guards."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from omlx.engine import blas
-from omlx.engine.blas import BlasConfigError, BlasPlan, decide, is_preloaded, preload_env
+from omlx.platform import blas
+from omlx.platform.blas import BlasConfigError, BlasPlan, decide, is_preloaded, preload_env
 
 
 @pytest.fixture
@@ -132,5 +132,5 @@ def test_shim_links_and_refuses_a_folder_others_can_write(tmp_path):
 
 
 def test_imports_without_mlx():
-    code = "import sys; sys.modules['mlx'] = None; import omlx.engine.blas"
+    code = "import sys; sys.modules['mlx'] = None; import omlx.platform.blas"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])

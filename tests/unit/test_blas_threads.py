@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from omlx.engine import blas
-from omlx.engine.blas_threads import (
+from omlx.platform import blas
+from omlx.platform.blas_threads import (
     GROW_AFTER_SAMPLES,
     CpuSample,
     ThreadGovernor,

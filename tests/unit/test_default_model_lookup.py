@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from omlx.engine import default_model
 from omlx.errors import ModelNotFound
+from omlx.models import default_model
 
 
 def test_lookup_needs_neither_mlx_nor_the_packages_own_code() -> None:
     code = (
         "import sys; sys.modules['mlx'] = None\n"
-        "from omlx.engine.default_model import find_default_gguf, find_gemma_gguf_parts\n"
+        "from omlx.models.default_model import find_default_gguf, find_gemma_gguf_parts\n"
         "p = find_default_gguf(); parts = find_gemma_gguf_parts()\n"
         "assert p is not None and p.name == 'SmolLM2-135M-Instruct.Q4_1.gguf', p\n"
         "assert parts is not None and len(parts) == 4, parts\n"

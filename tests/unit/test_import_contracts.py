@@ -44,21 +44,27 @@ def test_import_contracts_are_kept() -> None:
 # Each planted module breaks one row of the STYLE.md 2.1 table.
 PLANTED = {
     "omlx/server/_probe_mlx.py": "import mlx.core\n",
-    "omlx/server/_probe_internal.py": "from omlx.engine import stop_strings\n",
+    "omlx/server/_probe_internal.py": "from omlx.engine.text import stop_strings\n",
     "omlx/tui/_probe.py": "from omlx import settings\n",
     "omlx/cache/_probe.py": "from omlx.engine import api\n",
     "omlx/draft/_probe.py": "from omlx.engine import scheduling\n",
     "omlx/schemas/_probe.py": "from omlx import errors\n",
-    "omlx/engine/parsers/_probe.py": "def later():\n    import mlx_lm\n",
+    "omlx/engine/text/parsers/_probe.py": "def later():\n    import mlx.core\n",
+    "omlx/models/_probe.py": "from omlx.engine import commands\n",
+    "omlx/engine/_probe_lm.py": "import mlx_lm.generate\n",
+    "omlx/pool/_probe.py": "import mlx.core\n",
 }
 EXPECTED = [
     "omlx.server is not allowed to import mlx",
-    "omlx.server is not allowed to import omlx.engine.stop_strings",
+    "omlx.server is not allowed to import omlx.engine.text",
     "omlx.tui is not allowed to import omlx.settings",
     "omlx.cache is not allowed to import omlx.engine",
     "omlx.draft is not allowed to import omlx.engine",
-    "omlx.engine.parsers is not allowed to import mlx_lm",
+    "omlx.engine.text.parsers._probe -> mlx",
     "omlx.schemas is not allowed to import omlx.errors",
+    "omlx.models is not allowed to import omlx.engine",
+    "omlx.engine is not allowed to import mlx_lm",
+    "omlx.pool is not allowed to import mlx",
 ]
 
 

@@ -29,13 +29,13 @@ CACHE_MLX_MODULES = {"omlx.cache.kv_blocks", "omlx.cache.model_cache"}
 
 ENGINE_PURE = [
     "omlx.engine.api",
-    "omlx.engine.templating",
+    "omlx.engine.text.templating",
     "omlx.engine.scheduling",
-    "omlx.engine.blas_threads",
-    "omlx.engine.stop_strings",
-    "omlx.engine.validation",
-    "omlx.engine.model_store",
-    "omlx.engine.model_types",
+    "omlx.platform.blas_threads",
+    "omlx.engine.text.stop_strings",
+    "omlx.engine.text.validation",
+    "omlx.models.store",
+    "omlx.models.types",
 ]
 DRAFT_PURE = ["omlx.draft.accept", "omlx.draft.config", "omlx.draft.stats", "omlx.draft.stopping"]
 LEAVES = ["omlx.settings", "omlx.errors"]
@@ -55,7 +55,7 @@ def modules_under(package: str) -> list[str]:
 
 GROUPS: dict[str, list[str]] = {
     "cache": [m for m in modules_under("omlx.cache") if m not in CACHE_MLX_MODULES],
-    "engine": modules_under("omlx.engine.parsers") + ENGINE_PURE,
+    "engine": modules_under("omlx.engine.text.parsers") + ENGINE_PURE,
     "draft": DRAFT_PURE,
     "server": modules_under("omlx.server"),
     "tui": modules_under("omlx.tui"),
@@ -122,10 +122,10 @@ def test_discovery_sees_the_packages() -> None:
     # Guards the file-tree walk: a wrong ROOT would silently make every group tiny.
     assert "omlx.server.app" in GROUPS["server"]
     assert "omlx.cache.chain_hash" in GROUPS["cache"]
-    assert "omlx.engine.parsers.factory" in GROUPS["engine"]
+    assert "omlx.engine.text.parsers.factory" in GROUPS["engine"]
     assert "omlx.schemas.stats" in GROUPS["leaves"]
     assert not CACHE_MLX_MODULES & set(GROUPS["cache"])
-    assert {"omlx.engine.detokenize", "omlx.draft.accept"} <= set(GROUPS["declared"])
+    assert {"omlx.engine.text.detokenize", "omlx.draft.accept"} <= set(GROUPS["declared"])
 
 
 def test_probe_catches_a_module_that_needs_mlx() -> None:

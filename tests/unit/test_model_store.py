@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from omlx.engine.model_store import ModelStore, default_models_dir
-from omlx.engine.model_types import ModelType
 from omlx.errors import ModelNotFound
+from omlx.models.store import ModelStore, default_models_dir
+from omlx.models.types import ModelType
 from omlx.settings import ModelSettings, hf_hub_cache
 from tests.fixtures.fake_models import write_model
 

@@ -7,7 +7,7 @@ import struct
 import numpy as np
 import pytest
 
-from omlx.engine.model_types import (
+from omlx.models.types import (
     ModelType,
     NotAModelFolder,
     context_length,
@@ -279,7 +279,7 @@ def test_model_types_imports_without_mlx():
 
     code = (
         "import sys; sys.modules['mlx'] = None; "
-        "import omlx.engine.model_types, omlx.engine.model_store, omlx.engine.hub; print('ok')"
+        "import omlx.models.types, omlx.models.store, omlx.models.hub; print('ok')"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.stdout.strip() == "ok", out.stderr

@@ -56,7 +56,7 @@ def _redact(key: str, value: object) -> object:
 def _runtime_facts() -> dict[str, str]:
     """Facts about this process that are not settings (the BLAS MLX runs on, say)."""
     try:
-        from omlx.engine.blas import blas_description
+        from omlx.platform.blas import blas_description
     except ImportError:
         return {}
     return {"blas": blas_description()}

@@ -8,8 +8,8 @@ import typer
 from rich.table import Table
 
 from omlx.cli.output import console, fail
-from omlx.engine.model_store import ModelEntry, ModelStore
 from omlx.errors import ModelNotFound
+from omlx.models.store import ModelEntry, ModelStore
 from omlx.settings import ModelSettings, SettingsError, load_settings, update_list
 
 

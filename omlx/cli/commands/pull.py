@@ -11,9 +11,9 @@ from rich.table import Table
 
 from omlx.cli.commands.models import human_bytes, open_store
 from omlx.cli.output import console, fail
-from omlx.engine.hub import HubFile, download, is_repo_id
-from omlx.engine.model_store import ModelEntry, ModelStore, add_folder, check_name
 from omlx.errors import ImportFailed, InvalidRequest, OmlxError
+from omlx.models.hub import HubFile, download, is_repo_id
+from omlx.models.store import ModelEntry, ModelStore, add_folder, check_name
 
 GGUF_PART_RE = re.compile(r"\.gguf\.part\d+$")
 
@@ -118,7 +118,7 @@ def _pull_gguf(store: ModelStore, paths: list[Path], name: str | None, dtype: DT
         stem = GGUF_PART_RE.sub(".gguf.part", path.name)
         sources = sorted(path.parent.glob(f"{stem}[0-9]*"))
     dest = store.primary_dir / check_name(name or gguf_model_name(path))
-    from omlx.engine.gguf import import_gguf
+    from omlx.models.gguf import import_gguf
 
     try:
         folder = import_gguf(sources, dest, dtype=dtype.value, name=name)

@@ -119,8 +119,8 @@ def run_server(settings: Settings) -> None:
     import msgspec
     import uvicorn
 
-    from omlx.engine.model_store import ModelStore
-    from omlx.engine.pool import ModelPool
+    from omlx.models.store import ModelStore
+    from omlx.pool.pool import LocalModelPool
     from omlx.server.app import create_app
     from omlx.server.run import uvicorn_config
 
@@ -129,12 +129,12 @@ def run_server(settings: Settings) -> None:
     settings = msgspec.structs.replace(
         settings, engine=msgspec.structs.replace(settings.engine, default_model=default)
     )
-    from omlx.engine.blas import blas_description
+    from omlx.platform.blas import blas_description
 
     log.info("MLX BLAS: %s", blas_description())
     kv_cache = _prefix_cache(settings)
     alt_paths = _dflash_paths(settings, default)
-    pool = ModelPool(
+    pool = LocalModelPool(
         settings, store=store, default_model=default, alt_paths=alt_paths,
         models={default: default_path},  # a folder given by path may lie outside the store
         prefix_factory=kv_cache.factory() if kv_cache else None,
@@ -180,7 +180,7 @@ def _exit_cleanly(signum: int, frame: object) -> None:
 def _default_model(settings: Settings, store: Any) -> tuple[str, Path]:
     """The configured default model (a name or a folder), else SmolLM2 (imported from its
     wheel once), else the first LLM found; with none at all, say how to get one."""
-    from omlx.engine.default_model import ensure_default_model
+    from omlx.models.default_model import ensure_default_model
 
     if settings.engine.default_model:
         try:

@@ -10,7 +10,7 @@ from mlx_lm import load
 from omlx.draft.random_init import draft_config_for, random_draft, save_draft
 from omlx.draft.serving import DFlashPath
 from omlx.engine.api import SamplingParams
-from omlx.engine.pool import ModelPool
+from omlx.pool.pool import LocalModelPool
 from omlx.settings import Settings
 from tests.mlx.engine.engine_helpers import collect, request
 
@@ -28,7 +28,7 @@ def model_and_draft(request, tmp_path_factory):
 
 def _run(model_dir, alt_paths, *requests):
     async def main():
-        pool = ModelPool(Settings(), models={"tiny": model_dir}, alt_paths=alt_paths)
+        pool = LocalModelPool(Settings(), models={"tiny": model_dir}, alt_paths=alt_paths)
         try:
             return await asyncio.gather(*(collect(pool, r) for r in requests))
         finally:

@@ -21,7 +21,7 @@ from omlx.engine.api import (
     Started,
     Token,
 )
-from omlx.engine.pool import ModelPool
+from omlx.pool.pool import LocalModelPool
 from omlx.settings import EngineSettings, Settings
 
 _ids = itertools.count()
@@ -69,7 +69,7 @@ def request(
     )
 
 
-async def collect(pool: ModelPool, req: GenerationRequest) -> Result:
+async def collect(pool: LocalModelPool, req: GenerationRequest) -> Result:
     result = Result()
     async for event in pool.generate(req):
         result.events.append(event)
@@ -78,13 +78,13 @@ async def collect(pool: ModelPool, req: GenerationRequest) -> Result:
     return result
 
 
-def make_pool(model_dir: Path, **engine: Any) -> ModelPool:
+def make_pool(model_dir: Path, **engine: Any) -> LocalModelPool:
     settings = Settings(engine=EngineSettings(**engine))
-    return ModelPool(settings, models={"tiny": model_dir})
+    return LocalModelPool(settings, models={"tiny": model_dir})
 
 
 def run_with_pool(
-    model_dir: Path, body: Callable[[ModelPool], Coroutine[Any, Any, Any]], **engine: Any
+    model_dir: Path, body: Callable[[LocalModelPool], Coroutine[Any, Any, Any]], **engine: Any
 ) -> Any:
     async def main() -> Any:
         pool = make_pool(model_dir, **engine)

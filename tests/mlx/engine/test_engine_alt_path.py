@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from omlx.engine.api import FinishReason
-from omlx.engine.pool import ModelPool
+from omlx.pool.pool import LocalModelPool
 from omlx.settings import Settings
 from tests.mlx.engine.engine_helpers import collect, request
 
@@ -41,7 +41,7 @@ def test_single_requests_go_to_the_alternative_path(tiny_dir):
     path = ScriptedPath()
 
     async def main():
-        pool = ModelPool(Settings(), models={"tiny": tiny_dir}, alt_paths={"tiny": path})
+        pool = LocalModelPool(Settings(), models={"tiny": tiny_dir}, alt_paths={"tiny": path})
         try:
             return await collect(pool, request(max_tokens=7))
         finally:

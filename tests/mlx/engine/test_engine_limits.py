@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from omlx.engine import runner as runner_module
+from omlx.engine import loop as runner_module
 from omlx.engine.api import FinishReason, Started, Token
 from omlx.errors import ContextTooLong, ModelNotFound, Overloaded
 from tests.mlx.engine.engine_helpers import collect, request, run_with_pool
@@ -181,7 +181,7 @@ def test_short_prompts_join_at_once_long_ones_are_paced(tiny_dir, paced_prompt_t
 
 
 def test_a_failing_step_fails_its_requests_and_the_engine_goes_on(tiny_dir, monkeypatch):
-    real = runner_module.EngineRunner._batch_step
+    real = runner_module.EngineLoop._batch_step
     calls = []
 
     def flaky(self):
@@ -190,7 +190,7 @@ def test_a_failing_step_fails_its_requests_and_the_engine_goes_on(tiny_dir, monk
             raise RuntimeError("simulated MLX failure")
         return real(self)
 
-    monkeypatch.setattr(runner_module.EngineRunner, "_batch_step", flaky)
+    monkeypatch.setattr(runner_module.EngineLoop, "_batch_step", flaky)
 
     async def body(pool):
         with pytest.raises(RuntimeError, match="simulated"):

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from omlx.cache.prefix_cache import PrefixCache
-from omlx.engine.pool import ModelPool
+from omlx.pool.pool import LocalModelPool
 from omlx.settings import CacheSettings, EngineSettings, Settings
 from tests.mlx.engine.engine_helpers import collect, request
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(180)
 def _run(model_dir, tmp_path, body):
     async def main():
         cache = PrefixCache(CacheSettings(block_size=4), cold_dir=tmp_path / "cold")
-        pool = ModelPool(
+        pool = LocalModelPool(
             Settings(engine=EngineSettings()),
             models={"tiny": model_dir},
             prefix_factory=cache.factory(),

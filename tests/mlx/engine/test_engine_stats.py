@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from omlx.engine.api import Token
-from omlx.engine.pool import ModelPool
+from omlx.pool.pool import LocalModelPool
 from omlx.schemas.stats import CacheStats, StatsSnapshot
 from omlx.settings import Settings
 from tests.mlx.engine.engine_helpers import collect, request
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(120)
 
 def test_stats_snapshot_after_requests(tiny_dir):
     async def main():
-        pool = ModelPool(
+        pool = LocalModelPool(
             Settings(), models={"tiny": tiny_dir}, cache_stats=lambda: CacheStats(enabled=True)
         )
         try:

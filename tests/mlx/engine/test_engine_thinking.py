@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from omlx.engine.pool import ModelPool
+from omlx.pool.pool import LocalModelPool
 from omlx.settings import Settings
 from tests.fixtures.tiny_tokenizer import tokenizer_vocab
 from tests.mlx.engine.engine_helpers import collect, request
@@ -21,7 +21,7 @@ def test_budget_forces_the_end_of_thinking(tiny_qwen3_dir):
     prompt = "<|im_start|>user\nthink hard<|im_end|>\n<|im_start|>assistant\n<think>\n"
 
     async def main():
-        pool = ModelPool(Settings(), models={"q": tiny_qwen3_dir})
+        pool = LocalModelPool(Settings(), models={"q": tiny_qwen3_dir})
         try:
             free = await collect(pool, request(prompt=prompt, model="q", max_tokens=24))
             budgeted = await collect(

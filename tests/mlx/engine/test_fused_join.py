@@ -7,7 +7,7 @@ import pytest
 from mlx_lm.generate import BatchGenerator, StopSequences
 from mlx_lm.sample_utils import make_logits_processors
 
-from omlx.engine.fused_join import FusedJoinBatchGenerator
+from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
 from tests.fixtures.tiny_models import build_tiny_in_memory
 
 pytestmark = pytest.mark.timeout(120)
@@ -119,7 +119,7 @@ def test_removing_a_sequence_before_its_first_token(model):
 def test_a_lone_row_decodes_unmasked_with_mlx_lm_s_tokens(model, monkeypatch):
     # The short prompt is left-padded beside the long one; once the long one finishes it
     # decodes alone, its padding shifted away, through the maskless path.
-    from omlx.engine import fused_join
+    from omlx.mlx_lm_compat import batch_join as fused_join
 
     unmasked = []
     real = fused_join._mask_unless_one_query

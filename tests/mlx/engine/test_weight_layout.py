@@ -10,7 +10,7 @@ import pytest
 from mlx_lm.generate import generate_step
 
 from omlx.engine.loading import load_text_model
-from omlx.engine.weight_layout import InputMajorLinear, use_input_major_linears
+from omlx.platform.weight_layout import InputMajorLinear, use_input_major_linears
 from tests.fixtures.tiny_models import ARCHS, build_tiny_in_memory
 
 

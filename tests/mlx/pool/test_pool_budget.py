@@ -1,4 +1,4 @@
-"""ModelPool under a memory budget: eviction order, pins, TTL, single loads, freed memory."""
+"""LocalModelPool under a memory budget: eviction order, pins, TTL, single loads, freed memory."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from omlx.engine.api import EmbeddingRequest, GenerationRequest, RequestId, SamplingParams
-from omlx.engine.pool import ModelPool
 from omlx.errors import InvalidRequest, ModelTooLarge, Overloaded
+from omlx.pool.pool import LocalModelPool
 from omlx.settings import ModelSettings, Settings
 
 pytestmark = pytest.mark.timeout(120)
@@ -19,11 +19,11 @@ def settings(budget: str = "0.75", ttl_s: float = 0.0, pinned: tuple[str, ...] =
     return Settings(models=ModelSettings(memory_budget=budget, ttl_s=ttl_s, pinned=list(pinned)))
 
 
-def loaded(pool: ModelPool) -> list[str]:
+def loaded(pool: LocalModelPool) -> list[str]:
     return sorted(m.id for m in pool.list_models() if m.loaded)
 
 
-async def embed(pool: ModelPool, model: str) -> list[list[float]]:
+async def embed(pool: LocalModelPool, model: str) -> list[list[float]]:
     return (await pool.embed(EmbeddingRequest(model=model, inputs=["hello world"]))).embeddings
 
 
@@ -32,7 +32,7 @@ def test_budget_fitting_one_of_two_evicts_lru(tiny_bert_dirs: list[Path]) -> Non
 
     async def main() -> None:
         # Each tiny BERT is ~8 MB of weights: 20 MB holds two, never three.
-        pool = ModelPool(settings("20MB"), models={"a": a, "b": b, "c": c})
+        pool = LocalModelPool(settings("20MB"), models={"a": a, "b": b, "c": c})
         try:
             await embed(pool, "a")
             await embed(pool, "b")
@@ -56,7 +56,7 @@ def test_pinned_model_survives_pressure(tiny_bert_dirs: list[Path]) -> None:
     a, b, c = tiny_bert_dirs
 
     async def main() -> None:
-        pool = ModelPool(settings("20MB", pinned=("a",)), models={"a": a, "b": b, "c": c})
+        pool = LocalModelPool(settings("20MB", pinned=("a",)), models={"a": a, "b": b, "c": c})
         try:
             await embed(pool, "a")
             await embed(pool, "b")
@@ -77,7 +77,7 @@ def test_pinned_model_survives_pressure(tiny_bert_dirs: list[Path]) -> None:
 
 def test_model_larger_than_budget_names_sizes(tiny_bert_dirs: list[Path]) -> None:
     async def main() -> None:
-        pool = ModelPool(settings("1MB"), models={"a": tiny_bert_dirs[0]})
+        pool = LocalModelPool(settings("1MB"), models={"a": tiny_bert_dirs[0]})
         try:
             with pytest.raises(
                 ModelTooLarge, match=r"needs about \d.* MB but the memory budget is 1.0 MB"
@@ -92,7 +92,7 @@ def test_model_larger_than_budget_names_sizes(tiny_bert_dirs: list[Path]) -> Non
 
 def test_ttl_unloads_idle_model(tiny_bert_dirs: list[Path]) -> None:
     async def main() -> None:
-        pool = ModelPool(settings(ttl_s=0.4), models={"a": tiny_bert_dirs[0]})
+        pool = LocalModelPool(settings(ttl_s=0.4), models={"a": tiny_bert_dirs[0]})
         try:
             await embed(pool, "a")
             assert loaded(pool) == ["a"]
@@ -113,7 +113,7 @@ def test_ttl_unloads_idle_model(tiny_bert_dirs: list[Path]) -> None:
 
 def test_pinned_model_ignores_ttl(tiny_bert_dirs: list[Path]) -> None:
     async def main() -> None:
-        pool = ModelPool(settings(ttl_s=0.2, pinned=("a",)), models={"a": tiny_bert_dirs[0]})
+        pool = LocalModelPool(settings(ttl_s=0.2, pinned=("a",)), models={"a": tiny_bert_dirs[0]})
         try:
             await embed(pool, "a")
             await asyncio.sleep(0.8)
@@ -128,7 +128,7 @@ def test_concurrent_first_requests_load_once(
     tiny_bert_dirs: list[Path], tiny_qwen3_dir: Path
 ) -> None:
     async def main() -> None:
-        pool = ModelPool(settings(), models={"a": tiny_bert_dirs[0], "q": tiny_qwen3_dir})
+        pool = LocalModelPool(settings(), models={"a": tiny_bert_dirs[0], "q": tiny_qwen3_dir})
         try:
             results = await asyncio.gather(*(embed(pool, "a") for _ in range(6)))
             assert pool.num_loads == 1
@@ -155,7 +155,7 @@ def test_wrong_model_type_is_invalid_request(
     tiny_bert_dirs: list[Path], tiny_qwen3_dir: Path
 ) -> None:
     async def main() -> None:
-        pool = ModelPool(settings(), models={"a": tiny_bert_dirs[0], "q": tiny_qwen3_dir})
+        pool = LocalModelPool(settings(), models={"a": tiny_bert_dirs[0], "q": tiny_qwen3_dir})
         try:
             with pytest.raises(InvalidRequest, match="embedding model; it cannot generate text"):
                 await pool.count_tokens(GenerationRequest(RequestId("r"), "a", prompt="hi"))
@@ -171,7 +171,7 @@ def test_unload_frees_mlx_memory(minilm_path: Path, tiny_qwen3_dir: Path) -> Non
     import mlx.core as mx
 
     async def main() -> tuple[int, int, int]:
-        pool = ModelPool(settings(), models={"minilm": minilm_path})
+        pool = LocalModelPool(settings(), models={"minilm": minilm_path})
         try:
             before = mx.get_active_memory()
             await embed(pool, "minilm")
@@ -192,7 +192,7 @@ def test_unloading_a_text_model_frees_mlx_memory(smollm2_dir: Path) -> None:
     import mlx.core as mx
 
     async def main() -> tuple[int, int, int]:
-        pool = ModelPool(settings(), models={"smol": smollm2_dir})
+        pool = LocalModelPool(settings(), models={"smol": smollm2_dir})
         try:
             before = mx.get_active_memory()
             request = GenerationRequest(RequestId("r"), "smol", prompt="hi", max_tokens=2)

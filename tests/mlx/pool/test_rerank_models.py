@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from omlx.engine.model_types import ModelType, inspect_model
-from omlx.engine.rerank import CausalReranker, CrossEncoder, load_reranker, rerank
+from omlx.models.types import ModelType, inspect_model
+from omlx.workers.rerank import CausalReranker, CrossEncoder, load_reranker, rerank
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -92,7 +92,7 @@ def test_qwen3_style_yes_no_reranker(tiny_qwen3_reranker: Path) -> None:
     # the score is softmax over the yes/no logits at the end of the judge prompt
     import mlx.core as mx
 
-    from omlx.engine.rerank import NO_WORDS, YES_WORDS, answer_ids, judge_prompt
+    from omlx.workers.rerank import NO_WORDS, YES_WORDS, answer_ids, judge_prompt
 
     ids = judge_prompt(m.tokenizer, "capital of France", docs[0], None)
     # Qwen3-Reranker's prompt: the answer follows an empty thinking block
@@ -107,7 +107,7 @@ def test_qwen3_style_yes_no_reranker(tiny_qwen3_reranker: Path) -> None:
 def test_smollm2_yes_no_reranker_prefers_the_relevant_document(smollm2_dir: Path) -> None:
     from mlx_lm import load
 
-    from omlx.engine.rerank import rerank_with_causal_lm
+    from omlx.workers.rerank import rerank_with_causal_lm
 
     model, tokenizer = load(str(smollm2_dir))
     docs = [

@@ -1,4 +1,4 @@
-"""Anthropic API tests: a FakeEnginePool behind a live server, the official anthropic client."""
+"""Anthropic API tests: a FakeModelPool behind a live server, the official anthropic client."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import anthropic
 import pytest
 
 from omlx.settings import Settings
-from tests.fixtures.fake_pool import FakeEnginePool
+from tests.fixtures.fake_pool import FakeModelPool
 from tests.fixtures.live_server import LiveServer, running_server
 
 
 @pytest.fixture
-def pool() -> FakeEnginePool:
-    return FakeEnginePool(models=("fake-model", "other-model"))
+def pool() -> FakeModelPool:
+    return FakeModelPool(models=("fake-model", "other-model"))
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def settings() -> Settings:
 
 
 @pytest.fixture
-def server(pool: FakeEnginePool, settings: Settings) -> Iterator[LiveServer]:
+def server(pool: FakeModelPool, settings: Settings) -> Iterator[LiveServer]:
     with running_server(pool, settings) as live:
         yield live
 

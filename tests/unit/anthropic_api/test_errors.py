@@ -8,7 +8,7 @@ import pytest
 
 from omlx.errors import Overloaded
 from omlx.settings import ServerSettings, Settings
-from tests.fixtures.fake_pool import FakeEnginePool
+from tests.fixtures.fake_pool import FakeModelPool
 from tests.fixtures.live_server import LiveServer, running_server
 
 USER = [{"role": "user", "content": "hi"}]
@@ -65,7 +65,7 @@ def test_sdk_raises_bad_request(client: anthropic.Anthropic) -> None:
         )
 
 
-def test_overloaded_is_529(pool: FakeEnginePool, client: anthropic.Anthropic) -> None:
+def test_overloaded_is_529(pool: FakeModelPool, client: anthropic.Anthropic) -> None:
     pool.error = Overloaded("queue full", retry_after_s=2)
     with pytest.raises(anthropic.APIStatusError) as info:
         client.messages.create(model="fake-model", max_tokens=5, messages=USER)
@@ -75,7 +75,7 @@ def test_overloaded_is_529(pool: FakeEnginePool, client: anthropic.Anthropic) ->
 
 
 def test_overloaded_stream_is_529_before_it_starts(
-    pool: FakeEnginePool, client: anthropic.Anthropic
+    pool: FakeModelPool, client: anthropic.Anthropic
 ) -> None:
     pool.error = Overloaded("queue full")
     with pytest.raises(anthropic.APIStatusError) as info:
@@ -85,7 +85,7 @@ def test_overloaded_stream_is_529_before_it_starts(
 
 @pytest.mark.parametrize("header", ["x-api-key", "authorization"])
 def test_api_key_by_x_api_key_or_bearer(header: str) -> None:
-    pool = FakeEnginePool()
+    pool = FakeModelPool()
     with running_server(pool, Settings(server=ServerSettings(api_key="s3cret"))) as live:
         good = anthropic.Anthropic(base_url=live.base_url, max_retries=0, api_key="s3cret")
         if header == "authorization":

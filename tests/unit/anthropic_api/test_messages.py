@@ -9,7 +9,7 @@ import pytest
 
 from omlx.engine.api import Done, FinishReason, Started, Token, ToolCall
 from omlx.settings import AgentSettings, EngineSettings, Settings
-from tests.fixtures.fake_pool import NO_ID, FakeEnginePool, text_script
+from tests.fixtures.fake_pool import NO_ID, FakeModelPool, text_script
 
 USER = [{"role": "user", "content": "hi"}]
 WEATHER_TOOL = {
@@ -19,7 +19,7 @@ WEATHER_TOOL = {
 }
 
 
-def test_text_message_with_usage(pool: FakeEnginePool, client: anthropic.Anthropic) -> None:
+def test_text_message_with_usage(pool: FakeModelPool, client: anthropic.Anthropic) -> None:
     pool.script_for = lambda req: text_script(["Hel", "lo"], prompt_tokens=11, cached_tokens=8)
     message = client.messages.create(model="fake-model", max_tokens=64, messages=USER)
     assert message.type == "message" and message.role == "assistant"
@@ -37,7 +37,7 @@ def test_text_message_with_usage(pool: FakeEnginePool, client: anthropic.Anthrop
 
 
 def test_system_blocks_sampling_and_stop_sequences(
-    pool: FakeEnginePool, client: anthropic.Anthropic
+    pool: FakeModelPool, client: anthropic.Anthropic
 ) -> None:
     def script(req):
         return [
@@ -64,13 +64,13 @@ def test_system_blocks_sampling_and_stop_sequences(
     assert request.sampling.is_greedy and request.sampling.top_k == 5
 
 
-def test_max_tokens_stop_reason(pool: FakeEnginePool, client: anthropic.Anthropic) -> None:
+def test_max_tokens_stop_reason(pool: FakeModelPool, client: anthropic.Anthropic) -> None:
     pool.script_for = lambda req: text_script(["a"], finish=FinishReason.LENGTH)
     message = client.messages.create(model="fake-model", max_tokens=1, messages=USER)
     assert message.stop_reason == "max_tokens"
 
 
-def test_tool_use_round_trip(pool: FakeEnginePool, client: anthropic.Anthropic) -> None:
+def test_tool_use_round_trip(pool: FakeModelPool, client: anthropic.Anthropic) -> None:
     call = ToolCall(id="call_abc123", name="get_weather", arguments='{"city": "Paris"}')
     pool.script_for = lambda req: text_script(["Checking."], tool_calls=[call])
     first = client.messages.create(
@@ -149,7 +149,7 @@ def test_tool_use_round_trip(pool: FakeEnginePool, client: anthropic.Anthropic) 
     ],
 )
 def test_thinking_modes(
-    pool: FakeEnginePool, client: anthropic.Anthropic, thinking, kwargs, budget
+    pool: FakeModelPool, client: anthropic.Anthropic, thinking, kwargs, budget
 ) -> None:
     pool.script_for = lambda req: text_script(["42"], reasoning=["Let me ", "think."])
     extra = {"thinking": thinking} if thinking else {}
@@ -164,7 +164,7 @@ def test_thinking_modes(
 
 
 def test_thinking_block_sent_back_becomes_reasoning(
-    pool: FakeEnginePool, client: anthropic.Anthropic
+    pool: FakeModelPool, client: anthropic.Anthropic
 ) -> None:
     client.messages.create(
         model="fake-model",
@@ -186,7 +186,7 @@ def test_thinking_block_sent_back_becomes_reasoning(
 
 
 def test_base64_image_becomes_an_image_part(
-    pool: FakeEnginePool, client: anthropic.Anthropic
+    pool: FakeModelPool, client: anthropic.Anthropic
 ) -> None:
     client.messages.create(
         model="fake-model",
@@ -211,7 +211,7 @@ def test_base64_image_becomes_an_image_part(
 
 
 def test_count_tokens_equals_reported_input(
-    pool: FakeEnginePool, client: anthropic.Anthropic
+    pool: FakeModelPool, client: anthropic.Anthropic
 ) -> None:
     pool.script_for = lambda req: text_script(["x"], prompt_tokens=7)
     counted = client.messages.count_tokens(model="fake-model", messages=USER, tools=[WEATHER_TOOL])
@@ -219,7 +219,7 @@ def test_count_tokens_equals_reported_input(
     assert counted.input_tokens == message.usage.input_tokens == 7
 
 
-class _ContextPool(FakeEnginePool):
+class _ContextPool(FakeModelPool):
     def list_models(self):
         import dataclasses
 
@@ -260,7 +260,7 @@ def test_aliases_and_context_scaling(scaled_settings: Settings) -> None:
         assert pool.requests[-1].model == "fake-model"  # no opus alias: the default model
 
 
-def test_tool_input_is_json_text_in_request(pool: FakeEnginePool, client) -> None:
+def test_tool_input_is_json_text_in_request(pool: FakeModelPool, client) -> None:
     client.messages.create(
         model="fake-model",
         max_tokens=8,

@@ -10,7 +10,7 @@ import httpx
 from omlx.engine.api import Failed, Started, ToolCall
 from omlx.errors import Overloaded
 from omlx.settings import ServerSettings, Settings
-from tests.fixtures.fake_pool import NO_ID, FakeEnginePool, text_script
+from tests.fixtures.fake_pool import NO_ID, FakeModelPool, text_script
 from tests.fixtures.live_server import LiveServer, running_server
 
 USER = [{"role": "user", "content": "hi"}]
@@ -35,7 +35,7 @@ def sse_events(server: LiveServer, body: dict) -> list[tuple[str, dict]]:
     return events
 
 
-def test_exact_event_sequence(pool: FakeEnginePool, server: LiveServer) -> None:
+def test_exact_event_sequence(pool: FakeModelPool, server: LiveServer) -> None:
     call = ToolCall(id="call_9", name="f", arguments='{"x": 1}')
     pool.script_for = lambda req: text_script(
         ["A", "B"], reasoning=["r1", "r2"], tool_calls=[call], prompt_tokens=9, cached_tokens=4
@@ -84,7 +84,7 @@ def test_exact_event_sequence(pool: FakeEnginePool, server: LiveServer) -> None:
 
 
 def test_sdk_stream_accumulates_the_message(
-    pool: FakeEnginePool, client: anthropic.Anthropic
+    pool: FakeModelPool, client: anthropic.Anthropic
 ) -> None:
     pool.script_for = lambda req: text_script(["Hel", "lo"], reasoning=["hm"], prompt_tokens=6)
     with client.messages.stream(
@@ -102,7 +102,7 @@ def test_sdk_stream_accumulates_the_message(
     assert (message.usage.input_tokens, message.usage.output_tokens) == (6, 3)
 
 
-def test_pings_while_the_first_token_is_pending(pool: FakeEnginePool) -> None:
+def test_pings_while_the_first_token_is_pending(pool: FakeModelPool) -> None:
     pool.script_for = lambda req: text_script(["x"], first_token_delay_s=0.6)
     settings = Settings(server=ServerSettings(keepalive_interval_s=0.1))
     with running_server(pool, settings) as live:
@@ -114,7 +114,7 @@ def test_pings_while_the_first_token_is_pending(pool: FakeEnginePool) -> None:
     assert first_block - 1 >= 3
 
 
-def test_error_after_stream_started_is_an_error_event(pool: FakeEnginePool, server) -> None:
+def test_error_after_stream_started_is_an_error_event(pool: FakeModelPool, server) -> None:
     pool.script_for = lambda req: [Started(NO_ID, 3), 0.3, Failed(NO_ID, Overloaded("busy"))]
     events = sse_events(server, {"model": "fake-model", "max_tokens": 5, "messages": USER})
     assert events[0][0] == "message_start"

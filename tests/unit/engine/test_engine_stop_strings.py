@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from omlx.engine.stop_strings import StopStringMatcher
+from omlx.engine.text.stop_strings import StopStringMatcher
 
 
 def _run(stops, chunks):

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from omlx.engine.api import ChatMessage, GenerationRequest, RequestId, SamplingParams
-from omlx.engine.templating import (
+from omlx.engine.text.templating import (
     ModelSpec,
     apply_tool_choice,
     context_length,
@@ -16,7 +16,7 @@ from omlx.engine.templating import (
     normalize_messages,
     prepare_prompt,
 )
-from omlx.engine.validation import validate_request
+from omlx.engine.text.validation import validate_request
 from omlx.errors import ContextTooLong, InvalidRequest
 
 TOOLS = [{"type": "function", "function": {"name": n, "parameters": {}}} for n in ("a", "b")]
@@ -148,9 +148,10 @@ def test_prompt_token_ids_outside_vocab():
 def test_pure_modules_import_without_mlx():
     code = (
         "import sys; sys.modules['mlx'] = None; sys.modules['mlx_lm'] = None\n"
-        "import omlx.engine.templating, omlx.engine.validation, omlx.engine.scheduling\n"
-        "import omlx.engine.stop_strings, omlx.engine.detokenize, omlx.engine.metrics\n"
-        "import omlx.engine.output, omlx.engine.prefix, omlx.engine.events, omlx.engine.thinking\n"
-        "import omlx.engine.engine, omlx.engine.pool\n"
+        "import omlx.engine.text.templating, omlx.engine.text.validation, omlx.engine.scheduling\n"
+        "import omlx.engine.text.stop_strings, omlx.engine.text.detokenize, omlx.engine.metrics\n"
+        "import omlx.engine.text.output, omlx.engine.prefix, omlx.engine.outbox\n"
+        "import omlx.engine.text.thinking\n"
+        "import omlx.engine.engine, omlx.pool.pool\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

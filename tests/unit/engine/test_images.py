@@ -13,13 +13,13 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 from PIL import Image
 
-from omlx.engine.images import (
+from omlx.errors import InvalidRequest
+from omlx.workers.images import (
     ImageLimits,
     image_extra_keys,
     image_refs,
     load_image,
 )
-from omlx.errors import InvalidRequest
 
 
 def png(color: str = "red", size: tuple[int, int] = (8, 6)) -> bytes:
@@ -139,5 +139,5 @@ def test_image_refs_from_messages() -> None:
 
 
 def test_imports_without_mlx() -> None:
-    code = "import sys; sys.modules['mlx'] = None; import omlx.engine.images"
+    code = "import sys; sys.modules['mlx'] = None; import omlx.workers.images"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from omlx.engine.pool_policy import PoolPolicy, parse_memory_budget
 from omlx.errors import InvalidRequest, ModelTooLarge, Overloaded
+from omlx.pool.policy import PoolPolicy, parse_memory_budget
 
 GB = 1000**3
 
@@ -129,6 +129,6 @@ def test_no_ttl_never_expires() -> None:
 def test_imports_without_mlx() -> None:
     code = (
         "import sys; sys.modules['mlx'] = None; sys.modules['mlx.core'] = None\n"
-        "import omlx.engine.pool_policy, omlx.engine.memory_budget\n"
+        "import omlx.pool.policy, omlx.pool.memory_budget\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -7,7 +7,7 @@ import json
 import random
 from collections.abc import Callable, Iterator
 
-from omlx.engine.parsers import OutputParser, ParsedDelta
+from omlx.engine.text.parsers import OutputParser, ParsedDelta
 
 
 def run(parser: OutputParser, chunks: list[str]) -> ParsedDelta:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from omlx.engine.parsers.budget import ThinkingBudget
+from omlx.engine.text.parsers.budget import ThinkingBudget
 
 OPEN, CLOSE = 1, 2
 

@@ -9,7 +9,7 @@ import sys
 def test_parsers_import_without_mlx() -> None:
     code = (
         "import sys; sys.modules['mlx'] = None; sys.modules['mlx_lm'] = None\n"
-        "import omlx.engine.parsers as p\n"
+        "import omlx.engine.text.parsers as p\n"
         "d = p.make_output_parser(chat_template='<think>', model_type=None,"
         " tools_enabled=True, thinking=None)\n"
         "assert d.feed('<think>a</think>b').content == 'b'\n"

@@ -6,7 +6,7 @@ import functools
 
 import pytest
 
-from omlx.engine.parsers import make_output_parser, prompt_ends_in_think
+from omlx.engine.text.parsers import make_output_parser, prompt_ends_in_think
 from tests.unit.parsers.streaming import assert_all_chunkings, run
 
 THINK_TEMPLATE = "{% if enable_thinking %}<think>\n{% endif %}<tool_call>"

@@ -6,7 +6,7 @@ import functools
 
 import pytest
 
-from omlx.engine.parsers import make_output_parser
+from omlx.engine.text.parsers import make_output_parser
 from tests.unit.parsers.streaming import assert_all_chunkings, run
 
 HERMES_TEMPLATE = "{% for tool in tools %}<tools>{{ tool }}</tools>{% endfor %}<tool_call>"
@@ -195,6 +195,6 @@ def test_plain_text_is_released_at_once() -> None:
     ],
 )
 def test_format_detection(template: str | None, model_type: str | None, expected: str) -> None:
-    from omlx.engine.parsers import detect_tool_format
+    from omlx.engine.text.parsers import detect_tool_format
 
     assert detect_tool_format(template, model_type).name == expected

@@ -1,4 +1,4 @@
-"""Responses API tests: a FakeEnginePool behind a live server, the official openai client."""
+"""Responses API tests: a FakeModelPool behind a live server, the official openai client."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ import openai
 import pytest
 
 from omlx.settings import AgentSettings, Settings
-from tests.fixtures.fake_pool import FakeEnginePool
+from tests.fixtures.fake_pool import FakeModelPool
 from tests.fixtures.live_server import LiveServer, running_server
 
 
 @pytest.fixture
-def pool() -> FakeEnginePool:
-    return FakeEnginePool(models=("fake-model",))
+def pool() -> FakeModelPool:
+    return FakeModelPool(models=("fake-model",))
 
 
 @pytest.fixture
-def server(pool: FakeEnginePool) -> Iterator[LiveServer]:
+def server(pool: FakeModelPool) -> Iterator[LiveServer]:
     settings = Settings(agents=AgentSettings(max_stored_responses=2))
     with running_server(pool, settings) as live:
         yield live

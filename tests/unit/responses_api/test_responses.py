@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from omlx.engine.api import FinishReason, ToolCall
-from tests.fixtures.fake_pool import FakeEnginePool, text_script
+from tests.fixtures.fake_pool import FakeModelPool, text_script
 from tests.fixtures.live_server import LiveServer
 
 TOOL = {
@@ -20,7 +20,7 @@ TOOL = {
 }
 
 
-def test_text_response(pool: FakeEnginePool, client: openai.OpenAI) -> None:
+def test_text_response(pool: FakeModelPool, client: openai.OpenAI) -> None:
     pool.script_for = lambda req: text_script(["Hel", "lo"], prompt_tokens=9, cached_tokens=4)
     response = client.responses.create(
         model="fake-model", input="hi", instructions="Be brief.", max_output_tokens=32
@@ -40,7 +40,7 @@ def test_text_response(pool: FakeEnginePool, client: openai.OpenAI) -> None:
     assert request.max_tokens == 32
 
 
-def test_incomplete_at_max_output_tokens(pool: FakeEnginePool, client: openai.OpenAI) -> None:
+def test_incomplete_at_max_output_tokens(pool: FakeModelPool, client: openai.OpenAI) -> None:
     pool.script_for = lambda req: text_script(["a"], finish=FinishReason.LENGTH)
     response = client.responses.create(model="fake-model", input="hi", max_output_tokens=1)
     assert response.status == "incomplete"
@@ -48,7 +48,7 @@ def test_incomplete_at_max_output_tokens(pool: FakeEnginePool, client: openai.Op
 
 
 def test_tool_call_round_trip_with_previous_response_id(
-    pool: FakeEnginePool, client: openai.OpenAI
+    pool: FakeModelPool, client: openai.OpenAI
 ) -> None:
     call = ToolCall(id="call_77", name="shell", arguments='{"cmd": "ls"}')
     pool.script_for = lambda req: text_script([], reasoning=["plan"], tool_calls=[call])
@@ -75,7 +75,7 @@ def test_tool_call_round_trip_with_previous_response_id(
     assert (tool.role, tool.tool_call_id, tool.content) == ("tool", "call_77", "a b")
 
 
-def test_stateless_items_fold_into_chat_turns(pool: FakeEnginePool, client: openai.OpenAI) -> None:
+def test_stateless_items_fold_into_chat_turns(pool: FakeModelPool, client: openai.OpenAI) -> None:
     client.responses.create(
         model="fake-model",
         input=[
@@ -103,7 +103,7 @@ def test_stateless_items_fold_into_chat_turns(pool: FakeEnginePool, client: open
 
 
 def test_store_is_bounded_and_unknown_ids_are_404(
-    pool: FakeEnginePool, client: openai.OpenAI, server: LiveServer
+    pool: FakeModelPool, client: openai.OpenAI, server: LiveServer
 ) -> None:
     ids = [client.responses.create(model="fake-model", input=f"q{i}").id for i in range(3)]
     assert httpx.get(f"{server.openai_base_url}/responses/{ids[2]}").json()["id"] == ids[2]
@@ -116,7 +116,7 @@ def test_store_is_bounded_and_unknown_ids_are_404(
     assert httpx.get(f"{server.openai_base_url}/responses/{ids[0]}").status_code == 404
 
 
-def test_stream_event_sequence(pool: FakeEnginePool, client: openai.OpenAI) -> None:
+def test_stream_event_sequence(pool: FakeModelPool, client: openai.OpenAI) -> None:
     call = ToolCall(id="call_5", name="shell", arguments='{"cmd": "pwd"}')
     pool.script_for = lambda req: text_script(["A", "B"], reasoning=["r"], tool_calls=[call])
     events = list(client.responses.create(model="fake-model", input="hi", stream=True))
@@ -155,7 +155,7 @@ def test_stream_event_sequence(pool: FakeEnginePool, client: openai.OpenAI) -> N
     assert [m.role for m in pool.requests[-1].messages] == ["user", "assistant", "user"]
 
 
-def test_stream_with_openai_helper(pool: FakeEnginePool, client: openai.OpenAI) -> None:
+def test_stream_with_openai_helper(pool: FakeModelPool, client: openai.OpenAI) -> None:
     pool.script_for = lambda req: text_script(["x", "y"])
     with client.responses.stream(model="fake-model", input="hi") as stream:
         text = "".join(e.delta for e in stream if e.type == "response.output_text.delta")

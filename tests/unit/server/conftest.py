@@ -1,4 +1,4 @@
-"""Server tests: a FakeEnginePool behind a real uvicorn server on 127.0.0.1."""
+"""Server tests: a FakeModelPool behind a real uvicorn server on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -8,26 +8,26 @@ import openai
 import pytest
 
 from omlx.settings import ServerSettings, Settings
-from tests.fixtures.fake_pool import FakeEnginePool
+from tests.fixtures.fake_pool import FakeModelPool
 from tests.fixtures.live_server import LiveServer, running_server
 
 
 @pytest.fixture(scope="module")
-def _shared() -> Iterator[tuple[FakeEnginePool, LiveServer]]:
+def _shared() -> Iterator[tuple[FakeModelPool, LiveServer]]:
     # One server per module keeps the suite fast; `pool` resets the fake per test.
-    pool = FakeEnginePool(models=("fake-model", "other-model"))
+    pool = FakeModelPool(models=("fake-model", "other-model"))
     with running_server(pool, Settings(), stats_interval_s=0.1) as live:
         yield pool, live
 
 
 @pytest.fixture
-def pool(_shared: tuple[FakeEnginePool, LiveServer]) -> FakeEnginePool:
+def pool(_shared: tuple[FakeModelPool, LiveServer]) -> FakeModelPool:
     _shared[0].reset()
     return _shared[0]
 
 
 @pytest.fixture
-def server(_shared: tuple[FakeEnginePool, LiveServer], pool: FakeEnginePool) -> LiveServer:
+def server(_shared: tuple[FakeModelPool, LiveServer], pool: FakeModelPool) -> LiveServer:
     return _shared[1]
 
 

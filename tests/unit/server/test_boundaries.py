@@ -10,7 +10,7 @@ from omlx.server.app import create_app
 from omlx.server.request_log import RequestContextFilter, current_record
 from omlx.server.run import uvicorn_config
 from omlx.settings import Settings
-from tests.fixtures.fake_pool import FakeEnginePool
+from tests.fixtures.fake_pool import FakeModelPool
 
 
 def test_server_imports_without_mlx() -> None:
@@ -24,7 +24,7 @@ def test_server_imports_without_mlx() -> None:
 
 def test_uvicorn_defaults_loopback_and_deep_backlog() -> None:
     settings = Settings()
-    config = uvicorn_config(create_app(FakeEnginePool(), settings), settings)
+    config = uvicorn_config(create_app(FakeModelPool(), settings), settings)
     assert config.host == "127.0.0.1"
     assert config.port == 8000
     assert config.backlog >= 1024  # bursts of hundreds of connections must queue, not drop

@@ -8,14 +8,14 @@ import httpx
 import openai
 
 from omlx.engine.api import FinishReason, ToolCall
-from tests.fixtures.fake_pool import FakeEnginePool, text_script
+from tests.fixtures.fake_pool import FakeModelPool, text_script
 from tests.fixtures.live_server import LiveServer
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 
 def test_chat_non_streamed_with_usage_and_cached_tokens(
-    pool: FakeEnginePool, client: openai.OpenAI
+    pool: FakeModelPool, client: openai.OpenAI
 ) -> None:
     pool.script_for = lambda req: text_script(["Hel", "lo"], prompt_tokens=11, cached_tokens=8)
     r = client.chat.completions.create(model="fake-model", messages=MESSAGES)
@@ -42,7 +42,7 @@ def test_chat_response_has_nulls_openai_requires(server: LiveServer) -> None:
     assert body["system_fingerprint"] is None
 
 
-def test_chat_streamed_chunks_and_final_usage(pool: FakeEnginePool, client: openai.OpenAI) -> None:
+def test_chat_streamed_chunks_and_final_usage(pool: FakeModelPool, client: openai.OpenAI) -> None:
     pool.script_for = lambda req: text_script(["a", "b", "c"], prompt_tokens=5, cached_tokens=4)
     chunks = list(
         client.chat.completions.create(
@@ -77,7 +77,7 @@ def test_chat_stream_without_usage_option_has_no_usage_field(server: LiveServer)
     assert all("usage" not in json.loads(d) for d in data[:-1])
 
 
-def test_length_finish_reason(pool: FakeEnginePool, client: openai.OpenAI) -> None:
+def test_length_finish_reason(pool: FakeModelPool, client: openai.OpenAI) -> None:
     pool.script_for = lambda req: text_script(["x"], finish=FinishReason.LENGTH)
     r = client.chat.completions.create(model="fake-model", messages=MESSAGES, max_tokens=1)
     assert r.choices[0].finish_reason == "length"
@@ -86,7 +86,7 @@ def test_length_finish_reason(pool: FakeEnginePool, client: openai.OpenAI) -> No
 CALL = ToolCall(id="call_1", name="get_weather", arguments='{"city": "Paris"}')
 
 
-def test_tool_calls_and_reasoning_non_streamed(pool: FakeEnginePool, server: LiveServer) -> None:
+def test_tool_calls_and_reasoning_non_streamed(pool: FakeModelPool, server: LiveServer) -> None:
     pool.script_for = lambda req: text_script(
         [], reasoning=["Let me ", "think."], tool_calls=[CALL]
     )
@@ -109,7 +109,7 @@ def test_tool_calls_and_reasoning_non_streamed(pool: FakeEnginePool, server: Liv
 
 
 def test_tool_calls_streamed_in_openai_delta_shape(
-    pool: FakeEnginePool, client: openai.OpenAI
+    pool: FakeModelPool, client: openai.OpenAI
 ) -> None:
     second = ToolCall(id="call_2", name="get_time", arguments="{}")
     pool.script_for = lambda req: text_script(
@@ -132,7 +132,7 @@ def test_tool_calls_streamed_in_openai_delta_shape(
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
-def test_request_fields_reach_the_engine(pool: FakeEnginePool, client: openai.OpenAI) -> None:
+def test_request_fields_reach_the_engine(pool: FakeModelPool, client: openai.OpenAI) -> None:
     client.chat.completions.create(
         model="fake-model",
         messages=[
@@ -176,7 +176,7 @@ def test_request_fields_reach_the_engine(pool: FakeEnginePool, client: openai.Op
     assert req.chat_template_kwargs == {"enable_thinking": False}
 
 
-def test_logprobs_non_streamed(pool: FakeEnginePool, client: openai.OpenAI) -> None:
+def test_logprobs_non_streamed(pool: FakeModelPool, client: openai.OpenAI) -> None:
     pool.script_for = lambda req: text_script(["a", "b"], logprobs=True)
     r = client.chat.completions.create(
         model="fake-model", messages=MESSAGES, logprobs=True, top_logprobs=2

@@ -5,10 +5,10 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.fixtures.fake_pool import FakeEnginePool, text_script
+from tests.fixtures.fake_pool import FakeModelPool, text_script
 
 
-def test_completion_non_streamed(pool: FakeEnginePool, client: openai.OpenAI) -> None:
+def test_completion_non_streamed(pool: FakeModelPool, client: openai.OpenAI) -> None:
     pool.script_for = lambda req: text_script([" Paris", "."], prompt_tokens=6, cached_tokens=4)
     r = client.completions.create(model="fake-model", prompt="The capital of France is")
     assert r.object == "text_completion"
@@ -20,7 +20,7 @@ def test_completion_non_streamed(pool: FakeEnginePool, client: openai.OpenAI) ->
     assert pool.requests[-1].messages is None
 
 
-def test_completion_streamed_with_usage(pool: FakeEnginePool, client: openai.OpenAI) -> None:
+def test_completion_streamed_with_usage(pool: FakeModelPool, client: openai.OpenAI) -> None:
     pool.script_for = lambda req: text_script(["a", "b"], prompt_tokens=3)
     chunks = list(
         client.completions.create(
@@ -36,13 +36,13 @@ def test_completion_streamed_with_usage(pool: FakeEnginePool, client: openai.Ope
     ("prompt", "text", "ids"),
     [(["one string"], "one string", None), ([1, 2, 3], None, [1, 2, 3]), ([[4, 5]], None, [4, 5])],
 )
-def test_prompt_forms(client: openai.OpenAI, pool: FakeEnginePool, prompt, text, ids) -> None:
+def test_prompt_forms(client: openai.OpenAI, pool: FakeModelPool, prompt, text, ids) -> None:
     client.completions.create(model="fake-model", prompt=prompt)
     assert (pool.requests[-1].prompt, pool.requests[-1].prompt_token_ids) == (text, ids)
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_echo_and_logprobs(client: openai.OpenAI, pool: FakeEnginePool, stream: bool) -> None:
+def test_echo_and_logprobs(client: openai.OpenAI, pool: FakeModelPool, stream: bool) -> None:
     pool.script_for = lambda req: text_script(["a", "b"], logprobs=True)
     r = client.completions.create(
         model="fake-model", prompt="Q:", echo=True, logprobs=2, stream=stream
@@ -56,12 +56,12 @@ def test_echo_and_logprobs(client: openai.OpenAI, pool: FakeEnginePool, stream: 
     assert pool.requests[-1].sampling.logprobs and pool.requests[-1].sampling.top_logprobs == 2
 
 
-def test_stop_and_max_tokens_reach_the_engine(client: openai.OpenAI, pool: FakeEnginePool) -> None:
+def test_stop_and_max_tokens_reach_the_engine(client: openai.OpenAI, pool: FakeModelPool) -> None:
     client.completions.create(model="fake-model", prompt="x", stop=["\n", "END"], max_tokens=9)
     assert pool.requests[-1].stop == ["\n", "END"]
     assert pool.requests[-1].max_tokens == 9
 
 
-def test_default_max_tokens_from_settings(client: openai.OpenAI, pool: FakeEnginePool) -> None:
+def test_default_max_tokens_from_settings(client: openai.OpenAI, pool: FakeModelPool) -> None:
     client.completions.create(model="fake-model", prompt="x")
     assert pool.requests[-1].max_tokens == 2048

@@ -7,7 +7,7 @@ import time
 
 import httpx
 
-from tests.fixtures.fake_pool import FakeEnginePool, text_script
+from tests.fixtures.fake_pool import FakeModelPool, text_script
 from tests.fixtures.live_server import LiveServer
 
 NUM_STREAMS = 256
@@ -26,7 +26,7 @@ async def _one(client: httpx.AsyncClient, url: str, i: int) -> str:
     return "cut"
 
 
-def test_256_concurrent_streams_none_dropped(pool: FakeEnginePool, server: LiveServer) -> None:
+def test_256_concurrent_streams_none_dropped(pool: FakeModelPool, server: LiveServer) -> None:
     script = text_script(["a"] * 5, first_token_delay_s=0.5, token_delay_s=0.05)
     pool.script_for = lambda req: script
 

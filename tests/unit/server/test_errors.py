@@ -9,7 +9,7 @@ import pytest
 from omlx.engine.api import Failed, RequestId
 from omlx.errors import ContextTooLong, Overloaded
 from omlx.settings import ServerSettings, Settings
-from tests.fixtures.fake_pool import FakeEnginePool, text_script
+from tests.fixtures.fake_pool import FakeModelPool, text_script
 from tests.fixtures.live_server import LiveServer, running_server
 
 OK = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
@@ -97,7 +97,7 @@ def test_unknown_route_is_404_in_openai_shape(server: LiveServer) -> None:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_overloaded_is_503_with_retry_after(
-    pool: FakeEnginePool, server: LiveServer, stream: bool
+    pool: FakeModelPool, server: LiveServer, stream: bool
 ) -> None:
     pool.error = Overloaded("queue full", retry_after_s=7)
     r = _post(server, {**OK, "stream": stream})
@@ -106,21 +106,21 @@ def test_overloaded_is_503_with_retry_after(
     assert err["code"] == "overloaded"
 
 
-def test_context_too_long_is_400(pool: FakeEnginePool, server: LiveServer) -> None:
+def test_context_too_long_is_400(pool: FakeModelPool, server: LiveServer) -> None:
     pool.error = ContextTooLong("prompt has 9000 tokens; the model's context is 8192")
     err = _assert_openai_error(_post(server, OK), 400)
     assert err["code"] == "context_length_exceeded"
     assert "9000" in err["message"] and "8192" in err["message"]
 
 
-def test_engine_failure_is_500(pool: FakeEnginePool, server: LiveServer) -> None:
+def test_engine_failure_is_500(pool: FakeModelPool, server: LiveServer) -> None:
     pool.error = RuntimeError("boom")
     err = _assert_openai_error(_post(server, OK), 500)
     assert err["type"] == "server_error"
 
 
 def test_failure_after_stream_started_is_an_in_stream_error(
-    pool: FakeEnginePool, client: openai.OpenAI
+    pool: FakeModelPool, client: openai.OpenAI
 ) -> None:
     steps = text_script(["partial"])[:-1]  # drop Done
     pool.script_for = lambda req: [*steps, Failed(RequestId(""), RuntimeError("engine died"))]
@@ -139,7 +139,7 @@ KEY = "sk-test-secret-123"
 
 
 @pytest.fixture
-def keyed_server(pool: FakeEnginePool):
+def keyed_server(pool: FakeModelPool):
     with running_server(pool, Settings(server=ServerSettings(api_key=KEY))) as live:
         yield live
 
@@ -167,7 +167,7 @@ def test_api_key_accepted_and_health_stays_open(keyed_server: LiveServer) -> Non
         bad.chat.completions.create(**OK)
 
 
-def test_body_over_limit_is_413_in_openai_shape(pool: FakeEnginePool) -> None:
+def test_body_over_limit_is_413_in_openai_shape(pool: FakeModelPool) -> None:
     settings = Settings(server=ServerSettings(max_request_bytes=1000))
     with running_server(pool, settings) as live:
         big = {**OK, "messages": [{"role": "user", "content": "x" * 5000}]}
@@ -175,7 +175,7 @@ def test_body_over_limit_is_413_in_openai_shape(pool: FakeEnginePool) -> None:
 
 
 def test_failure_while_rendering_becomes_an_in_stream_error(
-    pool: FakeEnginePool, server: LiveServer
+    pool: FakeModelPool, server: LiveServer
 ) -> None:
     from omlx.engine.api import Started, Token
 

@@ -13,7 +13,7 @@ import pytest
 
 from omlx.schemas.stats import StatsSnapshot
 from omlx.settings import ServerSettings, Settings
-from tests.fixtures.fake_pool import FakeEnginePool
+from tests.fixtures.fake_pool import FakeModelPool
 from tests.fixtures.live_server import LiveServer, running_server
 
 
@@ -60,7 +60,7 @@ def test_cors_closed_by_default(server: LiveServer) -> None:
     assert "access-control-allow-origin" not in r.headers
 
 
-def test_cors_open_for_configured_origins(pool: FakeEnginePool) -> None:
+def test_cors_open_for_configured_origins(pool: FakeModelPool) -> None:
     settings = Settings(server=ServerSettings(cors_origins=["http://ok.example"]))
     with running_server(pool, settings) as live:
         r = httpx.get(f"{live.base_url}/v1/models", headers={"Origin": "http://ok.example"})

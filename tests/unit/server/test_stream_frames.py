@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 
 from omlx.engine.api import RequestId, Started, Token, ToolCall
-from tests.fixtures.fake_pool import FakeEnginePool
+from tests.fixtures.fake_pool import FakeModelPool
 from tests.fixtures.live_server import LiveServer
 
 # A tool call whose arguments cannot be rendered: every dialect serializes them.
@@ -25,7 +25,7 @@ def _events(server: LiveServer, path: str, body: dict) -> tuple[int, list[str]]:
 
 
 def test_anthropic_render_failure_is_an_error_event(
-    pool: FakeEnginePool, server: LiveServer
+    pool: FakeModelPool, server: LiveServer
 ) -> None:
     pool.script_for = lambda req: [Started(RequestId(""), 3), BROKEN]
     body = {
@@ -42,7 +42,7 @@ def test_anthropic_render_failure_is_an_error_event(
 
 
 def test_responses_render_failure_is_an_error_event(
-    pool: FakeEnginePool, server: LiveServer
+    pool: FakeModelPool, server: LiveServer
 ) -> None:
     pool.script_for = lambda req: [Started(RequestId(""), 3), BROKEN]
     body = {"model": "fake-model", "input": "hi", "stream": True}

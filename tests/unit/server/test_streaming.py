@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from omlx.settings import ServerSettings, Settings
-from tests.fixtures.fake_pool import FakeEnginePool, text_script
+from tests.fixtures.fake_pool import FakeModelPool, text_script
 from tests.fixtures.live_server import running_server
 
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "stream": True}
@@ -37,13 +37,13 @@ def _first_content_at(lines: list[tuple[float, str]]) -> float:
     raise AssertionError("no content")
 
 
-def _server(pool: FakeEnginePool, mode: str):
+def _server(pool: FakeModelPool, mode: str):
     settings = Settings(server=ServerSettings(keepalive_mode=mode, keepalive_interval_s=0.2))
     return running_server(pool, settings)
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
-def test_comment_keepalive_at_once_then_every_interval(pool: FakeEnginePool, path: str) -> None:
+def test_comment_keepalive_at_once_then_every_interval(pool: FakeModelPool, path: str) -> None:
     pool.script_for = lambda req: text_script(["Hello"], first_token_delay_s=1.0)
     with _server(pool, "comment") as live:
         lines = _timed_lines(live.base_url + path, CHAT if "chat" in path else PROMPT)
@@ -56,7 +56,7 @@ def test_comment_keepalive_at_once_then_every_interval(pool: FakeEnginePool, pat
 
 
 def test_keepalive_resumes_when_tokens_stall_and_pauses_while_they_flow(
-    pool: FakeEnginePool,
+    pool: FakeModelPool,
 ) -> None:
     # Tokens every 0.05 s (a quarter of the 0.2 s interval), a 1 s stall, then more.
     steps = text_script(["Hello"] + ["a"] * 10 + ["b"] * 3, token_delay_s=0.05)
@@ -74,7 +74,7 @@ def test_keepalive_resumes_when_tokens_stall_and_pauses_while_they_flow(
     assert all(p > last_a for p in pings)  # none while tokens kept coming
 
 
-def test_chunk_keepalive_is_an_empty_openai_chunk(pool: FakeEnginePool) -> None:
+def test_chunk_keepalive_is_an_empty_openai_chunk(pool: FakeModelPool) -> None:
     pool.script_for = lambda req: text_script(["Hello"], first_token_delay_s=0.8)
     with _server(pool, "chunk") as live:
         lines = _timed_lines(live.base_url + "/v1/chat/completions", CHAT)
@@ -91,7 +91,7 @@ def test_chunk_keepalive_is_an_empty_openai_chunk(pool: FakeEnginePool) -> None:
         assert "".join(c.choices[0].delta.content or "" for c in stream) == "Hello"
 
 
-def test_chunk_keepalive_for_completions(pool: FakeEnginePool) -> None:
+def test_chunk_keepalive_for_completions(pool: FakeModelPool) -> None:
     pool.script_for = lambda req: text_script(["Hello"], first_token_delay_s=0.6)
     with _server(pool, "chunk") as live:
         lines = _timed_lines(live.base_url + "/v1/completions", PROMPT)
@@ -101,7 +101,7 @@ def test_chunk_keepalive_for_completions(pool: FakeEnginePool) -> None:
     assert all(c["object"] == "text_completion" and c["choices"][0]["text"] == "" for c in early)
 
 
-def test_keepalive_off_sends_nothing_before_the_first_token(pool: FakeEnginePool) -> None:
+def test_keepalive_off_sends_nothing_before_the_first_token(pool: FakeModelPool) -> None:
     pool.script_for = lambda req: text_script(["Hello"], first_token_delay_s=0.8)
     with _server(pool, "off") as live:
         lines = _timed_lines(live.base_url + "/v1/chat/completions", CHAT)
@@ -121,7 +121,7 @@ def _wait_until(predicate, timeout_s: float = 5.0) -> bool:
 
 
 def test_disconnect_mid_stream_cancels_the_request(
-    pool: FakeEnginePool, caplog: pytest.LogCaptureFixture
+    pool: FakeModelPool, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="omlx.server.access")
     pool.script_for = lambda req: text_script(["Hello"] * 200, token_delay_s=0.05)
@@ -136,7 +136,7 @@ def test_disconnect_mid_stream_cancels_the_request(
         assert _wait_until(lambda: "finish=disconnected" in caplog.text)
 
 
-def test_disconnect_while_first_token_pending_cancels(pool: FakeEnginePool) -> None:
+def test_disconnect_while_first_token_pending_cancels(pool: FakeModelPool) -> None:
     pool.script_for = lambda req: text_script(["Hello"], first_token_delay_s=30.0)
     with _server(pool, "comment") as live:
         with httpx.stream("POST", live.base_url + "/v1/completions", json=PROMPT) as r:
@@ -146,7 +146,7 @@ def test_disconnect_while_first_token_pending_cancels(pool: FakeEnginePool) -> N
         assert pool.wait_cancelled(5.0) == [pool.requests[0].request_id]
 
 
-def test_disconnect_of_non_streamed_request_cancels(pool: FakeEnginePool) -> None:
+def test_disconnect_of_non_streamed_request_cancels(pool: FakeModelPool) -> None:
     pool.script_for = lambda req: text_script(["Hello"], first_token_delay_s=30.0)
     with _server(pool, "comment") as live:
         with pytest.raises(httpx.ReadTimeout):
@@ -156,7 +156,7 @@ def test_disconnect_of_non_streamed_request_cancels(pool: FakeEnginePool) -> Non
         assert pool.wait_cancelled(5.0) == [pool.requests[0].request_id]
 
 
-def test_finished_requests_are_not_cancelled(pool: FakeEnginePool) -> None:
+def test_finished_requests_are_not_cancelled(pool: FakeModelPool) -> None:
     with _server(pool, "comment") as live:
         client = openai.OpenAI(base_url=live.openai_base_url, api_key="x", max_retries=0)
         list(client.chat.completions.create(**CHAT))

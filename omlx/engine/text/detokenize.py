@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from omlx.engine.stop_strings import StopStringMatcher
+from omlx.engine.text.stop_strings import StopStringMatcher
 
 
 class StreamingDetokenizer(Protocol):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omlx.engine.model_types import weight_files
-from omlx.engine.pool_policy import parse_memory_budget, system_memory_bytes
+from omlx.models.types import weight_files
+from omlx.pool.policy import parse_memory_budget, system_memory_bytes
 from omlx.settings import ModelSettings
 
 # Weights are most of a model's memory; activations and the MLX allocator's rounding add

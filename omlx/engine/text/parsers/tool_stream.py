@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from omlx.engine.api import ToolCall
-from omlx.engine.parsers.delta import find_first, make_tool_call, partial_marker_len
-from omlx.engine.parsers.json_calls import RawCall
+from omlx.engine.text.parsers.delta import find_first, make_tool_call, partial_marker_len
+from omlx.engine.text.parsers.json_calls import RawCall
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""The output-parser seam: engineer F's `omlx.engine.parsers`, or a pass-through until then."""
+"""The output-parser seam: engineer F's `omlx.engine.text.parsers`, or a pass-through until then."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def make_parser(
     prompt_ends_in_think: bool,
 ) -> OutputParser:
     try:
-        from omlx.engine.parsers import make_output_parser
+        from omlx.engine.text.parsers import make_output_parser
     except ImportError:
         return PassThroughParser()
     return make_output_parser(

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.generate import StopSequences
 
 from omlx.engine.api import (
     FinishReason,
@@ -26,7 +25,6 @@ from omlx.engine.api import (
     Token,
     TokenLogprob,
 )
-from omlx.engine.blas_threads import ThreadGovernor, process_governor
 from omlx.engine.commands import (
     AltPath,
     Call,
@@ -36,13 +34,11 @@ from omlx.engine.commands import (
     Submission,
     Submit,
 )
-from omlx.engine.detokenize import TextStream
-from omlx.engine.events import Outbox
-from omlx.engine.fused_join import FusedJoinBatchGenerator
 from omlx.engine.live import Finished, Live, done_event, failed_event
 from omlx.engine.loading import LoadedModel, load_text_model
 from omlx.engine.metrics import EngineMetrics
-from omlx.engine.prefix import ModelPrefixCache, NoPrefixCache
+from omlx.engine.outbox import Outbox
+from omlx.engine.prefix import NoPrefixHooks, PrefixHooks
 from omlx.engine.sampling import (
     forcing_processor,
     make_logits_processors,
@@ -50,8 +46,12 @@ from omlx.engine.sampling import (
     token_logprobs,
 )
 from omlx.engine.scheduling import PrefillPacer, UidMap
-from omlx.engine.thinking import make_think_budget
+from omlx.engine.text.detokenize import TextStream
+from omlx.engine.text.thinking import make_think_budget
 from omlx.errors import OmlxError, Overloaded
+from omlx.mlx_lm_compat import StopSequences
+from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
+from omlx.platform.blas_threads import ThreadGovernor, process_governor
 from omlx.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -65,11 +65,11 @@ MEMORY_EVERY_S = 1.0
 PLANNED_SHARE_FRACTION = 0.8
 PROGRESS_EVERY_S = 0.25  # at most this often a Progress event per prefilling request
 
-PrefixFactory = Callable[[Any, Path], ModelPrefixCache]
+PrefixFactory = Callable[[Any, Path], PrefixHooks]
 
 
 @dataclass(slots=True)
-class EngineRunner:
+class EngineLoop:
     name: str
     path: Path
     settings: EngineSettings
@@ -82,7 +82,7 @@ class EngineRunner:
     )
     _lm: LoadedModel | None = None
     _gen: Any = None
-    _prefix: ModelPrefixCache = field(default_factory=NoPrefixCache)
+    _prefix: PrefixHooks = field(default_factory=NoPrefixHooks)
     _eos_stops: Any = None
     _waiting: deque[Submission] = field(default_factory=deque)
     _live: dict[RequestId, Live] = field(default_factory=dict)
@@ -482,4 +482,4 @@ class EngineRunner:
             self._blas.tick(self.name, busy=bool(self._live))
 
 
-__all__ = ["EngineRunner"]
+__all__ = ["EngineLoop"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import importlib
 import logging
 import queue
 import threading
@@ -99,3 +100,17 @@ def _free_mlx_memory() -> None:
 
     gc.collect()
     mx.clear_cache()
+
+
+def on_thread(target: str, *args: Any, **kwargs: Any) -> Callable[[Any], Any]:
+    """`fn(model)` that imports `module:function` (on the worker thread) and calls it."""
+
+    def run(model: Any) -> Any:
+        return resolve(target)(model, *args, **kwargs)
+
+    return run
+
+
+def resolve(target: str) -> Callable[..., Any]:
+    module, _, function = target.partition(":")
+    return getattr(importlib.import_module(module), function)

@@ -1,7 +1,7 @@
 """A VLM/OCR request seen from asyncio: check images, run on the worker, stream events.
 
 Images are fetched and verified before anything else, so a bad image is a 400 before
-the model loads. No MLX here: the forward passes run in omlx.engine.vlm on the worker.
+the model loads. No MLX here: the forward passes run in omlx.workers.vlm on the worker.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from omlx.engine.api import Done, Failed, GenerationEvent, GenerationRequest
-from omlx.engine.handles import on_thread
-from omlx.engine.images import ImageLimits, image_extra_keys, image_refs, load_images
+from omlx.workers.images import ImageLimits, image_extra_keys, image_refs, load_images
+from omlx.workers.worker import on_thread
 
 
 def image_limits(models: Any) -> ImageLimits:
@@ -47,7 +47,7 @@ async def stream_vision(
         loop.call_soon_threadsafe(queue.put_nowait, event)
 
     fn = on_thread(
-        "omlx.engine.vlm:generate_vlm",
+        "omlx.workers.vlm:generate_vlm",
         request,
         images,
         emit,

@@ -1,4 +1,4 @@
-"""ModelPool: the EnginePool the server talks to; one Engine per loaded text model,
+"""LocalModelPool: the ModelPool the server talks to; one TextEngine per loaded text model,
 one ModelWorker per embedding model or reranker.
 
 Models load on first use (concurrent first requests share one load). Loads run one at
@@ -32,23 +32,23 @@ from omlx.engine.api import (
     RerankResult,
 )
 from omlx.engine.commands import AltPath
-from omlx.engine.engine import Engine
-from omlx.engine.handles import (
+from omlx.engine.engine import TextEngine
+from omlx.errors import InvalidRequest, ModelNotFound
+from omlx.models.types import NotAModelFolder, inspect_model
+from omlx.pool.handles import (
     TEXT_TYPES,
     VISION_TYPES,
     WORKER_LOADERS,
     handle_bytes,
     make_worker,
-    on_thread,
 )
-from omlx.engine.memory_budget import budget_bytes, estimate_model_bytes
-from omlx.engine.model_types import NotAModelFolder, inspect_model
-from omlx.engine.pool_policy import PoolPolicy
-from omlx.engine.vision_stream import stream_vision
-from omlx.errors import InvalidRequest, ModelNotFound
+from omlx.pool.memory_budget import budget_bytes, estimate_model_bytes
+from omlx.pool.policy import PoolPolicy
 from omlx.schemas.models import ModelStatus, PoolStatus
 from omlx.schemas.stats import CacheStats, MemoryStats, StatsSnapshot
 from omlx.settings import Settings
+from omlx.workers.vision_stream import stream_vision
+from omlx.workers.worker import on_thread
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ MAX_SWEEP_INTERVAL_S = 1.0
 
 
 class Resolver(Protocol):
-    """omlx.engine.model_store.ModelStore, duck-typed: resolve(name) and list()."""
+    """omlx.models.store.ModelStore, duck-typed: resolve(name) and list()."""
 
     def resolve(self, name: str) -> Any: ...
 
@@ -71,8 +71,8 @@ class Resolved:
     context_length: int | None = None
 
 
-class ModelPool:
-    """Implements omlx.engine.api.EnginePool over Engines."""
+class LocalModelPool:
+    """Implements omlx.engine.api.ModelPool over Engines."""
 
     def __init__(
         self,
@@ -90,7 +90,7 @@ class ModelPool:
             store: resolves names (a ModelStore); `models` maps extra names to folders.
             default_model: used when a request names no model and settings name none
                 (the lead wires `ensure_default_model` here).
-            prefix_factory: `(model, path) -> ModelPrefixCache`, called on the engine thread.
+            prefix_factory: `(model, path) -> PrefixHooks`, called on the engine thread.
             alt_paths: model name -> alternative generator (DFlash).
             cache_stats: the prefix cache's `stats` (PrefixCache.stats), for stats().
         """
@@ -101,10 +101,10 @@ class ModelPool:
         self._prefix_factory = prefix_factory
         self._alt_paths = dict(alt_paths or {})
         self._cache_stats = cache_stats
-        self._engines: dict[str, asyncio.Future[Engine]] = {}
+        self._engines: dict[str, asyncio.Future[TextEngine]] = {}
         self._resolved: dict[str, Resolved] = {}
         self._loading: dict[str, asyncio.Future[None]] = {}  # keeps load tasks referenced
-        self._requests: dict[RequestId, Engine] = {}
+        self._requests: dict[RequestId, TextEngine] = {}
         self._started_at = time.monotonic()
         models_settings = settings.models
         self.policy = PoolPolicy(
@@ -214,7 +214,7 @@ class ModelPool:
                 f"model {resolved.name!r} is a {resolved.type} model, which omlx cannot serve yet",
                 param="model",
             )
-        return Engine(
+        return TextEngine(
             resolved.name,
             resolved.path,
             self.settings.engine,
@@ -246,8 +246,8 @@ class ModelPool:
             if f.done() and not f.cancelled() and f.exception() is None
         }
 
-    def loaded_engines(self) -> list[Engine]:
-        return [h for h in self._loaded_handles().values() if isinstance(h, Engine)]
+    def loaded_engines(self) -> list[TextEngine]:
+        return [h for h in self._loaded_handles().values() if isinstance(h, TextEngine)]
 
     # -- pins, TTL, status -----------------------------------------------------------------
 
@@ -310,7 +310,7 @@ class ModelPool:
                 found = None
         return found or "llm"
 
-    # -- EnginePool ------------------------------------------------------------------------
+    # -- ModelPool ------------------------------------------------------------------------
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         resolved = await self._resolve_typed(
@@ -339,7 +339,7 @@ class ModelPool:
         resolved = await self._resolve_typed(request.model, {"embedding"}, "embed")
         vectors, num_tokens = await self._on_worker(
             resolved.name,
-            on_thread("omlx.engine.embeddings:embed", request.inputs, request.dimensions),
+            on_thread("omlx.workers.embeddings:embed", request.inputs, request.dimensions),
         )
         return EmbeddingResult(resolved.name, vectors, num_tokens)
 
@@ -350,7 +350,7 @@ class ModelPool:
             scores, num_tokens = await self._on_text_engine(resolved.name, args)
         else:
             scores, num_tokens = await self._on_worker(
-                resolved.name, on_thread("omlx.engine.rerank:rerank", *args)
+                resolved.name, on_thread("omlx.workers.rerank:rerank", *args)
             )
         return RerankResult(resolved.name, scores, num_tokens)
 
@@ -368,7 +368,7 @@ class ModelPool:
         self.policy.begin(name, time.monotonic())
         try:
             runner = engine.runner
-            fn = on_thread("omlx.engine.rerank:rerank_with_causal_lm", *args)
+            fn = on_thread("omlx.workers.rerank:rerank_with_causal_lm", *args)
             return await engine.call(lambda: fn((runner._lm.model, runner._lm.tokenizer)))
         finally:
             self.policy.end(name, time.monotonic())
@@ -446,7 +446,7 @@ class ModelPool:
 @functools.cache
 def _blas() -> str:
     # Fixed for the life of the process (the BLAS is chosen before MLX loads).
-    from omlx.engine.blas import blas_description
+    from omlx.platform.blas import blas_description
 
     return blas_description()
 

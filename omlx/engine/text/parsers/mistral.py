@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import re
 
-from omlx.engine.parsers.json_calls import RawCall, parse_json_calls
-from omlx.engine.parsers.tool_stream import Span, ToolFormat
+from omlx.engine.text.parsers.json_calls import RawCall, parse_json_calls
+from omlx.engine.text.parsers.tool_stream import Span, ToolFormat
 
 TOOL_CALLS = "[TOOL_CALLS]"
 _HEADER = re.compile(r"\s*([^\s\[\]{}]+)\s*(?:\[CALL_ID\]\s*([A-Za-z0-9_-]+)\s*)?\[ARGS\]\s*")

@@ -100,7 +100,7 @@ def ensure_default_model(models_dir: Path, dtype: str = "auto") -> Path:
     gguf_path = find_default_gguf()
     if gguf_path is None:
         raise ModelNotFound(f"No model is available. {HOW_TO_GET_A_MODEL}")
-    from omlx.engine.gguf import import_gguf
+    from omlx.models.gguf import import_gguf
 
     resolved = auto_dtype() if dtype == "auto" else dtype
     logger.info("importing default model %s (%s) into %s", DEFAULT_MODEL_NAME, resolved, dest)

@@ -1,6 +1,6 @@
 """Sentence embeddings on the worker thread: load, tokenize, batch, pool, normalise (MLX).
 
-BERT-family encoders run on omlx's own BERT (omlx/engine/bert.py); other encoder
+BERT-family encoders run on omlx's own BERT (omlx/workers/bert.py); other encoder
 families go through mlx-embeddings and share the pooling here. Pooling and
 normalisation follow the sentence-transformers files beside the weights.
 """
@@ -16,9 +16,9 @@ from typing import Any
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from omlx.engine.bert import BertConfig, BertModel
-from omlx.engine.encoder_tokenizer import EncoderTokenizer
 from omlx.errors import ImportFailed, InvalidRequest
+from omlx.workers.bert import BertConfig, BertModel
+from omlx.workers.encoder_tokenizer import EncoderTokenizer
 
 log = logging.getLogger(__name__)
 

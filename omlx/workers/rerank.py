@@ -16,10 +16,10 @@ from typing import Any
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from omlx.engine.bert import BertModel
-from omlx.engine.embeddings import BERT_TYPES, load_bert, read_json
-from omlx.engine.encoder_tokenizer import EncoderTokenizer
 from omlx.errors import ImportFailed, InvalidRequest
+from omlx.workers.bert import BertModel
+from omlx.workers.embeddings import BERT_TYPES, load_bert, read_json
+from omlx.workers.encoder_tokenizer import EncoderTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def load_reranker(name: str, path: Path) -> CrossEncoder | CausalReranker:
         model = load_bert(path, config, with_head=True)
         tokenizer = EncoderTokenizer.from_folder(path, model.config.max_tokens)
         return CrossEncoder(name, model, tokenizer, _param_bytes(model))
-    from mlx_lm import load
+    from omlx.mlx_lm_compat import load
 
     try:
         model, tokenizer = load(str(path))

@@ -9,13 +9,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from omlx.engine.model_types import (
+from omlx.errors import InvalidRequest, ModelNotFound
+from omlx.models.types import (
     ModelType,
     NotAModelFolder,
     inspect_model,
     is_model_folder,
 )
-from omlx.errors import InvalidRequest, ModelNotFound
 from omlx.settings import hf_hub_cache, omlx_home
 
 log = logging.getLogger(__name__)

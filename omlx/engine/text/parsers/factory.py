@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from omlx.engine.parsers import hermes, llama3, mistral, qwen3_coder
-from omlx.engine.parsers.delta import OutputParser, ParsedDelta
-from omlx.engine.parsers.reasoning import THINK_OPEN, ThinkSplitter
-from omlx.engine.parsers.tool_stream import ToolCallExtractor, ToolFormat
+from omlx.engine.text.parsers import hermes, llama3, mistral, qwen3_coder
+from omlx.engine.text.parsers.delta import OutputParser, ParsedDelta
+from omlx.engine.text.parsers.reasoning import THINK_OPEN, ThinkSplitter
+from omlx.engine.text.parsers.tool_stream import ToolCallExtractor, ToolFormat
 
 TOOL_FORMATS: dict[str, ToolFormat] = {
     fmt.name: fmt for fmt in (hermes.FORMAT, qwen3_coder.FORMAT, llama3.FORMAT, mistral.FORMAT)

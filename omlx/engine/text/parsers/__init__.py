@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from omlx.engine.parsers.budget import ThinkingBudget
-from omlx.engine.parsers.delta import OutputParser, ParsedDelta, new_tool_call_id
-from omlx.engine.parsers.factory import (
+from omlx.engine.text.parsers.budget import ThinkingBudget
+from omlx.engine.text.parsers.delta import OutputParser, ParsedDelta, new_tool_call_id
+from omlx.engine.text.parsers.factory import (
     TOOL_FORMATS,
     detect_tool_format,
     has_reasoning,
     make_output_parser,
 )
-from omlx.engine.parsers.reasoning import prompt_ends_in_think
+from omlx.engine.text.parsers.reasoning import prompt_ends_in_think
 
 __all__ = [
     "TOOL_FORMATS",

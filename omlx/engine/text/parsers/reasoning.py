@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from omlx.engine.parsers.delta import find_first, partial_marker_len
+from omlx.engine.text.parsers.delta import find_first, partial_marker_len
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"

@@ -6,8 +6,8 @@ import json
 import re
 from typing import Any
 
-from omlx.engine.parsers.json_calls import RawCall
-from omlx.engine.parsers.tool_stream import Span, ToolFormat
+from omlx.engine.text.parsers.json_calls import RawCall
+from omlx.engine.text.parsers.tool_stream import Span, ToolFormat
 
 _FUNCTION = re.compile(r"<function=([^>\n]+)>(.*?)</function>", re.DOTALL)
 _PARAM_OPEN = "<parameter="

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from omlx.engine.parsers.json_calls import RawCall, parse_json_calls
-from omlx.engine.parsers.tool_stream import Span, ToolFormat
+from omlx.engine.text.parsers.json_calls import RawCall, parse_json_calls
+from omlx.engine.text.parsers.tool_stream import Span, ToolFormat
 
 _END_TOKENS = ("<|eom_id|>", "<|eot_id|>")
 

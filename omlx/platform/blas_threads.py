@@ -155,7 +155,7 @@ def process_governor() -> ThreadGovernor | None:
     """The process's governor, or None when omlx did not choose the thread count (the user
     set OPENBLAS_NUM_THREADS) or no OpenBLAS is loaded."""
     global _governor
-    from omlx.engine import blas
+    from omlx.platform import blas
 
     with _governor_lock:
         if _governor is None:

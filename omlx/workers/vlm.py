@@ -25,8 +25,8 @@ from omlx.engine.api import (
     Started,
     Token,
 )
-from omlx.engine.images import IMAGE_PART_TYPES, LoadedImage
 from omlx.errors import ImportFailed, InvalidRequest
+from omlx.workers.images import IMAGE_PART_TYPES, LoadedImage
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,35 @@
+"""What the pool holds per loaded model, by type: a TextEngine (text) or a ModelWorker.
+
+Loaders and forward passes are named by import path and imported on the model's own
+thread, so the asyncio side never imports MLX.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omlx.workers.worker import ModelWorker, resolve
+
+# Model type -> "module:function" of its loader, run on the worker thread.
+WORKER_LOADERS = {
+    "embedding": "omlx.workers.embeddings:load_embedding_model",
+    "reranker": "omlx.workers.rerank:load_reranker",
+    "vlm": "omlx.workers.vlm:load_vlm",
+    "ocr": "omlx.workers.vlm:load_ocr",
+}
+VISION_TYPES = frozenset({"vlm", "ocr"})
+TEXT_TYPES = frozenset({"llm"})
+
+
+def make_worker(name: str, path: Path, model_type: str) -> ModelWorker:
+    target = WORKER_LOADERS[model_type]
+    return ModelWorker(name, path, model_type, lambda n, p: resolve(target)(n, p))
+
+
+def handle_bytes(handle: Any) -> int:
+    """Measured bytes of a loaded handle's weights (0 when unknown)."""
+    if isinstance(handle, ModelWorker):
+        return handle.model_bytes
+    metrics = getattr(handle, "metrics", None)
+    return int(metrics.memory.get("model_bytes", 0)) if metrics is not None else 0

@@ -1,0 +1,1 @@
+"""Non-text models, one thread each: embeddings, rerankers, vision-language and OCR models."""
