@@ -1,6 +1,8 @@
-"""The engine thread: loads one model and owns its BatchGenerator and every MLX call.
+"""The engine thread: loads one model and owns its batch generator.
 
-One loop, in named phases: drain commands → admit → step → publish → store.
+One loop, in named phases: drain commands → admit → step → publish → store. The loop
+itself is plain Python; every MLX call goes through its backend (`EngineBackend`,
+`MLXBackend` unless a test passes another), so the policy here is tested without MLX.
 """
 
 from __future__ import annotations
@@ -15,8 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import mlx.core as mx
-
 from omlx.engine.api import (
     FinishReason,
     Progress,
@@ -25,6 +25,7 @@ from omlx.engine.api import (
     Token,
     TokenLogprob,
 )
+from omlx.engine.backend import EngineBackend
 from omlx.engine.commands import (
     AltPath,
     Call,
@@ -35,22 +36,13 @@ from omlx.engine.commands import (
     Submit,
 )
 from omlx.engine.live import Finished, Live, done_event, failed_event
-from omlx.engine.loading import LoadedModel, load_text_model
 from omlx.engine.metrics import EngineMetrics
 from omlx.engine.outbox import Outbox
 from omlx.engine.prefix import NoPrefixHooks, PrefixHooks
-from omlx.engine.sampling import (
-    forcing_processor,
-    make_logits_processors,
-    make_sampler,
-    token_logprobs,
-)
 from omlx.engine.scheduling import PrefillPacer, UidMap
 from omlx.engine.text.detokenize import TextStream
 from omlx.engine.text.thinking import make_think_budget
 from omlx.errors import OmlxError, Overloaded
-from omlx.mlx_lm_compat import StopSequences
-from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
 from omlx.platform.blas_threads import ThreadGovernor, process_governor
 from omlx.settings import EngineSettings
 
@@ -77,10 +69,9 @@ class EngineLoop:
     prefix_factory: PrefixFactory | None = None
     alt_path: AltPath | None = None
     commands: queue.SimpleQueue[Command] = field(default_factory=queue.SimpleQueue)
-    loaded: concurrent.futures.Future[LoadedModel] = field(
-        default_factory=concurrent.futures.Future
-    )
-    _lm: LoadedModel | None = None
+    backend: EngineBackend | None = None  # MLXBackend(settings) when not given
+    loaded: concurrent.futures.Future[Any] = field(default_factory=concurrent.futures.Future)
+    _lm: Any = None
     _gen: Any = None
     _prefix: PrefixHooks = field(default_factory=NoPrefixHooks)
     _eos_stops: Any = None
@@ -100,26 +91,30 @@ class EngineLoop:
 
     def run(self) -> None:
         try:
-            self._setup()
+            self.setup()
         except BaseException as e:  # reported to whoever waits for the load
             self.loaded.set_exception(e)
             return
         self.loaded.set_result(self._lm)  # type: ignore[arg-type]
         try:
-            while not self._should_exit():
-                self._drain_commands()
-                self._admit()
-                self._step()
-                self._outbox.flush()
-                self._store_finished()
-                self._refresh_memory()
-                self._tune_blas()
+            while not self.should_exit():
+                self.tick()
         except Exception:
             log.exception("engine thread of model %s crashed", self.name)
             raise
         finally:  # never leave a consumer waiting on a dead thread
             self._fail_all(OmlxError(f"the engine of model {self.name!r} stopped"))
             self._teardown()
+
+    def tick(self) -> None:
+        """One pass of the loop (tests call it directly, after `setup`)."""
+        self._drain_commands()
+        self._admit()
+        self._step()
+        self._outbox.flush()
+        self._store_finished()
+        self._refresh_memory()
+        self._tune_blas()
 
     def _fail_all(self, error: Exception) -> None:
         while self._waiting:
@@ -129,30 +124,24 @@ class EngineLoop:
             self._fail(live, error)
         self._outbox.flush()
 
-    def _setup(self) -> None:
-        self._lm = load_text_model(self.name, self.path)
-        self._eos_stops = StopSequences([(t,) for t in sorted(self._lm.eos_token_ids)])
+    def setup(self) -> None:
+        """Load the model and build the generator (what `run` does before looping)."""
+        if self.backend is None:
+            from omlx.engine.mlx_backend import MLXBackend  # MLX: on this thread only
+
+            self.backend = MLXBackend(self.settings)
+        self._lm = self.backend.load(self.name, self.path)
+        self._eos_stops = self.backend.eos_stops(self._lm.eos_token_ids)
         share = self.settings.prefill_share
         share = 1.0 if share >= 1.0 else share * PLANNED_SHARE_FRACTION  # 1 = prefill first
         self._pacer = PrefillPacer(share, self.settings.prefill_step_tokens)
-        self._gen = self._new_generator()
+        self._gen = self.backend.new_generator(self._lm)
         if self.prefix_factory is not None:
             self._prefix = self.prefix_factory(self._lm.model, self.path)
         self.metrics.memory["model_bytes"] = self._lm.weight_bytes
         self._blas = process_governor()
 
-    def _new_generator(self) -> Any:
-        assert self._lm is not None
-        # A stream made on this thread: MLX streams are thread-bound.
-        return FusedJoinBatchGenerator(
-            self._lm.model,
-            completion_batch_size=self.settings.max_running,
-            prefill_batch_size=self.settings.prefill_batch_size,
-            prefill_step_size=self.settings.prefill_step_tokens,
-            stream=mx.new_stream(mx.default_device()),
-        )
-
-    def _should_exit(self) -> bool:
+    def should_exit(self) -> bool:
         if self._deadline is None:
             return False
         if self._live and time.monotonic() >= self._deadline:
@@ -165,7 +154,8 @@ class EngineLoop:
         if self._gen is not None:
             self._gen.close()
         self._gen = self._lm = None
-        mx.clear_cache()
+        if self.backend is not None:
+            self.backend.release()
 
     # -- phase 1: drain commands ---------------------------------------------------------
 
@@ -263,18 +253,20 @@ class EngineLoop:
             caches, num_cached = None, 0
         segments, snapshot_at = self._segments(ids, num_cached)
         vocab = self._lm.spec.vocab_size or len(self._lm.tokenizer)
-        processors = make_logits_processors(params, len(ids))
         think = make_think_budget(
             self._lm.tokenizer, sub.thinking_budget_tokens, sub.prompt.prompt_ends_in_think
         )
-        if think is not None:
-            processors.append(forcing_processor(think.next_forced))
+        backend = self.backend
+        assert backend is not None
+        processors = backend.logits_processors(
+            params, len(ids), think.next_forced if think is not None else None
+        )
         [uid] = self._gen.insert_segments(
             [segments],
             max_tokens=[sub.prompt.max_tokens],
             caches=[caches],
             all_tokens=[list(ids[:num_cached])],
-            samplers=[make_sampler(params, vocab)],
+            samplers=[backend.sampler(params, vocab)],
             logits_processors=[processors],
             stop_sequences=[self._eos_stops],
         )
@@ -415,9 +407,8 @@ class EngineLoop:
         return reason
 
     def _logprob(self, logprobs: Any, token: int, top_n: int) -> TokenLogprob:
-        decode = self._lm.tokenizer.decode  # type: ignore[union-attr]
-        chosen, top = token_logprobs(logprobs, token, top_n)
-        return TokenLogprob(decode([token]), chosen, [(decode([t]), v) for t, v in top])
+        assert self.backend is not None
+        return self.backend.token_logprob(self._lm.tokenizer, logprobs, token, top_n)
 
     def _finish(self, fin: Finished) -> None:
         live = fin.live
@@ -454,7 +445,8 @@ class EngineLoop:
         for rid in list(self._uids._by_uid.values()):
             self._fail(self._live[rid], error)
         self._gen.close()
-        self._gen = self._new_generator()
+        assert self.backend is not None
+        self._gen = self.backend.new_generator(self._lm)
 
     # -- phase 5: store ----------------------------------------------------------------
 
@@ -471,11 +463,8 @@ class EngineLoop:
         if now - self._memory_at < MEMORY_EVERY_S:
             return
         self._memory_at = now
-        self.metrics.memory.update(
-            mlx_active_bytes=mx.get_active_memory(),
-            mlx_peak_bytes=mx.get_peak_memory(),
-            mlx_cache_bytes=mx.get_cache_memory(),
-        )
+        assert self.backend is not None
+        self.metrics.memory.update(self.backend.memory())
 
     def _tune_blas(self) -> None:
         if self._blas is not None:

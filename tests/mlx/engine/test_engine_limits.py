@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from omlx.engine import loop as runner_module
+from omlx.engine import mlx_backend
 from omlx.engine.api import FinishReason, Started, Token
 from omlx.errors import ContextTooLong, ModelNotFound, Overloaded
 from tests.mlx.engine.engine_helpers import collect, request, run_with_pool
@@ -96,13 +97,13 @@ def test_unknown_model_is_model_not_found(tiny_dir):
 
 def test_concurrent_first_requests_load_once(tiny_dir, monkeypatch):
     calls = []
-    real = runner_module.load_text_model
+    real = mlx_backend.load_text_model
 
     def counting(name, path):
         calls.append(name)
         return real(name, path)
 
-    monkeypatch.setattr(runner_module, "load_text_model", counting)
+    monkeypatch.setattr(mlx_backend, "load_text_model", counting)
 
     async def body(pool):
         return await asyncio.gather(

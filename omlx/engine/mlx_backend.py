@@ -1,0 +1,74 @@
+"""The engine loop's MLX backend: model load, the batch generator, samplers, memory.
+
+Everything here runs on the engine thread; MLX streams are thread-bound, so the
+generator's stream is made there too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+
+from omlx.engine.api import SamplingParams, TokenLogprob
+from omlx.engine.loading import LoadedModel, load_text_model
+from omlx.engine.sampling import (
+    forcing_processor,
+    make_logits_processors,
+    make_sampler,
+    token_logprobs,
+)
+from omlx.mlx_lm_compat import StopSequences
+from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
+from omlx.settings import EngineSettings
+
+
+class MLXBackend:
+    def __init__(self, settings: EngineSettings) -> None:
+        self.settings = settings
+
+    def load(self, name: str, path: Path) -> LoadedModel:
+        return load_text_model(name, path)
+
+    def new_generator(self, loaded: LoadedModel) -> FusedJoinBatchGenerator:
+        return FusedJoinBatchGenerator(
+            loaded.model,
+            completion_batch_size=self.settings.max_running,
+            prefill_batch_size=self.settings.prefill_batch_size,
+            prefill_step_size=self.settings.prefill_step_tokens,
+            stream=mx.new_stream(mx.default_device()),
+        )
+
+    def eos_stops(self, eos_token_ids: Sequence[int]) -> StopSequences:
+        return StopSequences([(t,) for t in sorted(eos_token_ids)])
+
+    def sampler(self, params: SamplingParams, vocab_size: int) -> Any:
+        return make_sampler(params, vocab_size)
+
+    def logits_processors(
+        self, params: SamplingParams, num_prompt_tokens: int, forced: Callable[..., Any] | None
+    ) -> list[Any]:
+        processors = make_logits_processors(params, num_prompt_tokens)
+        if forced is not None:
+            processors.append(forcing_processor(forced))
+        return processors
+
+    def token_logprob(self, tokenizer: Any, logprobs: Any, token: int, top_n: int) -> TokenLogprob:
+        chosen, top = token_logprobs(logprobs, token, top_n)
+        decode = tokenizer.decode
+        return TokenLogprob(decode([token]), chosen, [(decode([t]), v) for t, v in top])
+
+    def memory(self) -> dict[str, int]:
+        return {
+            "mlx_active_bytes": mx.get_active_memory(),
+            "mlx_peak_bytes": mx.get_peak_memory(),
+            "mlx_cache_bytes": mx.get_cache_memory(),
+        }
+
+    def release(self) -> None:
+        mx.clear_cache()
+
+
+__all__ = ["MLXBackend"]

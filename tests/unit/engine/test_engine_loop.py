@@ -1,0 +1,363 @@
+"""The engine loop's policy in plain Python: a scripted batch generator stands in for MLX.
+
+Admission against max_running, cancellation (queued and running), max_tokens and EOS,
+a failing step, and shutdown, each checked in milliseconds; tests/mlx/engine runs the
+same loop on real models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from omlx.engine.api import (
+    Done,
+    Failed,
+    FinishReason,
+    RequestId,
+    SamplingParams,
+    Started,
+    Token,
+    TokenLogprob,
+)
+from omlx.engine.commands import Cancel, EventSink, Shutdown, Submission, Submit
+from omlx.engine.loop import EngineLoop
+from omlx.engine.metrics import EngineMetrics
+from omlx.engine.text.templating import PreparedPrompt
+from omlx.settings import EngineSettings
+
+EOS = 0
+
+
+class FakeDetokenizer:
+    def __init__(self) -> None:
+        self.last_segment = ""
+
+    def add_token(self, token: int) -> None:
+        self.last_segment = f"<{token}>"
+
+    def finalize(self) -> None:
+        self.last_segment = ""
+
+
+class FakeTokenizer:
+    has_thinking = False
+
+    @property
+    def detokenizer(self) -> FakeDetokenizer:
+        return FakeDetokenizer()
+
+    def __len__(self) -> int:
+        return 100
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(f"<{i}>" for i in ids)
+
+
+@dataclass
+class FakeSpec:
+    vocab_size: int = 100
+
+
+@dataclass
+class FakeLoaded:
+    model: Any = None
+    tokenizer: FakeTokenizer = field(default_factory=FakeTokenizer)
+    spec: FakeSpec = field(default_factory=FakeSpec)
+    eos_token_ids: frozenset[int] = frozenset({EOS})
+    weight_bytes: int = 123
+
+
+@dataclass
+class Response:
+    uid: int
+    token: int = 0
+    logprobs: Any = None
+    finish_reason: str | None = None
+    all_tokens: list[int] | None = None
+    prompt_cache: Any = None
+    end_of_prompt: bool = False
+    end_of_segment: bool = False
+    progress: tuple[int, int] = (0, 0)
+
+
+@dataclass
+class Stats:
+    prompt_tokens: int = 0
+
+
+class FakeGenerator:
+    """Prefills a row in one step, then emits `script[uid]` one token per step."""
+
+    def __init__(self, script: dict[int, list[int]] | None = None) -> None:
+        self.prefill_step_size = 0
+        self.script = script or {}
+        self.rows: dict[int, dict[str, Any]] = {}
+        self.next_uid = 0
+        self.removed: list[int] = []
+        self.closed = False
+        self.fail_next = False
+        self._stats = Stats()
+
+    def insert_segments(self, segments: list[Any], **kwargs: Any) -> list[int]:
+        uids = []
+        for i, segs in enumerate(segments):
+            uid = self.next_uid
+            self.next_uid += 1
+            self.rows[uid] = {
+                "prompt": sum(len(s) for s in segs),
+                "prefilled": False,
+                "max_tokens": kwargs["max_tokens"][i],
+                "emitted": 0,
+            }
+            uids.append(uid)
+        return uids
+
+    @contextlib.contextmanager
+    def stats(self) -> Iterator[Stats]:
+        self._stats = Stats()
+        yield self._stats
+
+    def next(self) -> tuple[list[Response], list[Response]]:
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("step exploded")
+        prompt, generated = [], []
+        for uid, row in list(self.rows.items()):
+            if not row["prefilled"]:
+                row["prefilled"] = True
+                self._stats.prompt_tokens += row["prompt"]
+                prompt.append(Response(uid, end_of_prompt=True))
+                continue
+            tokens = self.script.get(uid, [])
+            token = tokens[row["emitted"]] if row["emitted"] < len(tokens) else 7
+            row["emitted"] += 1
+            reason = "length" if row["emitted"] >= row["max_tokens"] else None
+            if token == EOS:
+                reason = "stop"
+            if reason is not None:
+                del self.rows[uid]
+            generated.append(
+                Response(uid, token, finish_reason=reason, all_tokens=[1, 2] if reason else None)
+            )
+        return prompt, generated
+
+    def remove(self, uids: list[int], return_prompt_caches: bool = False) -> Any:
+        for uid in uids:
+            self.rows.pop(uid, None)
+            self.removed.append(uid)
+        return {uid: (["kv"], [1, 2, 3]) for uid in uids} if return_prompt_caches else None
+
+    def extract_cache(self, uids: list[int]) -> dict[int, Any]:
+        return {}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeBackend:
+    def __init__(self, script: dict[int, list[int]] | None = None) -> None:
+        self.script = script
+        self.generators: list[FakeGenerator] = []
+        self.released = False
+
+    def load(self, name: str, path: Any) -> FakeLoaded:
+        return FakeLoaded()
+
+    def new_generator(self, loaded: Any) -> FakeGenerator:
+        self.generators.append(FakeGenerator(self.script))
+        return self.generators[-1]
+
+    def eos_stops(self, eos_token_ids: Any) -> Any:
+        return tuple(eos_token_ids)
+
+    def sampler(self, params: SamplingParams, vocab_size: int) -> Any:
+        return None
+
+    def logits_processors(self, params: SamplingParams, n: int, forced: Any) -> list[Any]:
+        return []
+
+    def token_logprob(self, tokenizer: Any, logprobs: Any, token: int, top_n: int) -> Any:
+        return TokenLogprob(f"<{token}>", -0.5, [])
+
+    def memory(self) -> dict[str, int]:
+        return {"mlx_active_bytes": 1, "mlx_peak_bytes": 2, "mlx_cache_bytes": 3}
+
+    def release(self) -> None:
+        self.released = True
+
+
+class Harness:
+    def __init__(self, max_running: int = 2, script: dict[int, list[int]] | None = None):
+        self.aloop = asyncio.new_event_loop()
+        self.backend = FakeBackend(script)
+        self.loop = EngineLoop(
+            name="fake",
+            path=Path("/nonexistent"),
+            settings=EngineSettings(max_running=max_running),
+            metrics=EngineMetrics("fake"),
+            backend=self.backend,
+        )
+        self.loop.setup()
+        self.queues: dict[str, asyncio.Queue[Any]] = {}
+
+    @property
+    def gen(self) -> FakeGenerator:
+        return self.backend.generators[-1]
+
+    def submit(self, rid: str, prompt_len: int = 3, max_tokens: int = 4) -> None:
+        q: asyncio.Queue[Any] = asyncio.Queue()
+        self.queues[rid] = q
+        sub = Submission(
+            request_id=RequestId(rid),
+            prompt=PreparedPrompt(token_ids=list(range(1, prompt_len + 1)), max_tokens=max_tokens),
+            sampling=SamplingParams(temperature=0.0),
+            stop=[],
+            sink=EventSink(self.aloop, q),
+        )
+        self.loop.commands.put(Submit(sub))
+
+    def tick(self, n: int = 1) -> None:
+        for _ in range(n):
+            self.loop.tick()
+        self.aloop.run_until_complete(asyncio.sleep(0))
+
+    def events(self, rid: str) -> list[Any]:
+        q = self.queues[rid]
+        out = []
+        while not q.empty():
+            out.append(q.get_nowait())
+        return out
+
+    def close(self) -> None:
+        self.aloop.close()
+
+
+@pytest.fixture
+def h() -> Iterator[Harness]:
+    harness = Harness()
+    yield harness
+    harness.close()
+
+
+def kinds(events: list[Any]) -> list[str]:
+    return [type(e).__name__ for e in events]
+
+
+def test_admission_holds_requests_past_max_running(h: Harness) -> None:
+    for rid in ("a", "b", "c"):
+        h.submit(rid, max_tokens=2)
+    h.tick()
+    assert kinds(h.events("a"))[0] == "Started" and kinds(h.events("b"))[0] == "Started"
+    assert h.events("c") == []  # queued: two are running
+    assert h.loop.metrics.queued == 1
+    h.tick(2)  # a and b generate their two tokens and finish
+    h.tick()  # c is admitted now that slots are free
+    assert kinds(h.events("c")) == ["Started"]
+
+
+def test_max_tokens_ends_with_length_and_counts_tokens(h: Harness) -> None:
+    h.submit("a", max_tokens=3)
+    h.tick(4)
+    events = h.events("a")
+    assert kinds(events) == ["Started", "Token", "Token", "Token", "Done"]
+    done = events[-1]
+    assert isinstance(done, Done)
+    assert done.finish_reason == FinishReason.LENGTH
+    assert done.completion_tokens == 3 and done.prompt_tokens == 3
+
+
+def test_eos_ends_with_stop_and_its_text_is_not_emitted() -> None:
+    h = Harness(script={0: [5, EOS]})
+    try:
+        h.submit("a", max_tokens=10)
+        h.tick(3)
+        events = h.events("a")
+        tokens = [e for e in events if isinstance(e, Token)]
+        assert [t.text for t in tokens] == ["<5>", ""]
+        assert isinstance(events[-1], Done) and events[-1].finish_reason == FinishReason.STOP
+    finally:
+        h.close()
+
+
+def test_cancel_of_a_queued_request_never_starts_it() -> None:
+    h = Harness(max_running=1)
+    try:
+        h.submit("a", max_tokens=5)
+        h.submit("b", max_tokens=5)
+        h.tick()
+        h.loop.commands.put(Cancel(RequestId("b")))
+        h.tick()
+        events = h.events("b")
+        assert kinds(events) == ["Done"]
+        assert events[0].finish_reason == FinishReason.CANCELLED
+        assert events[0].completion_tokens == 0
+    finally:
+        h.close()
+
+
+def test_cancel_of_a_running_request_frees_its_row_and_admits_the_next() -> None:
+    h = Harness(max_running=1)
+    try:
+        h.submit("a", max_tokens=50)
+        h.submit("b", max_tokens=2)
+        h.tick(3)  # a prefilled and generated two tokens
+        h.loop.commands.put(Cancel(RequestId("a")))
+        h.tick()
+        a = h.events("a")
+        assert isinstance(a[-1], Done) and a[-1].finish_reason == FinishReason.CANCELLED
+        assert a[-1].completion_tokens == 2
+        assert h.gen.removed == [0]
+        assert kinds(h.events("b")) == ["Started"]  # admitted in the same tick
+    finally:
+        h.close()
+
+
+def test_a_failing_step_fails_its_requests_and_the_next_request_is_served(h: Harness) -> None:
+    h.submit("a", max_tokens=5)
+    h.tick(2)
+    first = h.gen
+    first.fail_next = True
+    h.tick()
+    assert isinstance(h.events("a")[-1], Failed)
+    assert first.closed and len(h.backend.generators) == 2  # a fresh generator
+    h.submit("b", max_tokens=1)
+    h.tick(3)
+    assert kinds(h.events("b")) == ["Started", "Token", "Done"]
+
+
+def test_shutdown_cancels_queued_at_once_and_running_after_the_grace() -> None:
+    h = Harness(max_running=1)
+    try:
+        h.submit("a", max_tokens=1000)
+        h.submit("b")
+        h.tick(2)
+        h.loop.commands.put(Shutdown(grace_s=0.0))
+        h.tick()
+        b = h.events("b")
+        assert kinds(b) == ["Done"] and b[0].finish_reason == FinishReason.CANCELLED
+        assert h.loop.should_exit()  # the grace is over: a is cancelled, nothing is left
+        h.aloop.run_until_complete(asyncio.sleep(0))
+        a = h.events("a")
+        assert isinstance(a[-1], Done) and a[-1].finish_reason == FinishReason.CANCELLED
+        h.submit("c")
+        h.tick()
+        c = h.events("c")
+        assert isinstance(c[0], Failed)  # refused while shutting down
+    finally:
+        h.close()
+
+
+def test_started_reports_prompt_tokens_and_memory_comes_from_the_backend(h: Harness) -> None:
+    h.submit("a", prompt_len=7, max_tokens=1)
+    h.tick()
+    started = h.events("a")[0]
+    assert isinstance(started, Started) and started.prompt_tokens == 7
+    assert h.loop.metrics.memory["mlx_peak_bytes"] == 2
+    assert h.loop.metrics.memory["model_bytes"] == 123
