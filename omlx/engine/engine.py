@@ -25,7 +25,7 @@ from omlx.engine.api import (
 )
 from omlx.engine.commands import AltPath, Call, Cancel, EventSink, Shutdown, Submission, Submit
 from omlx.engine.metrics import EngineMetrics
-from omlx.engine.text.output import make_parser
+from omlx.engine.text.parsers import make_output_parser
 from omlx.engine.text.templating import ModelSpec, PreparedPrompt, prepare_prompt
 from omlx.engine.text.validation import validate_request
 from omlx.errors import OmlxError, Overloaded
@@ -137,7 +137,7 @@ class TextEngine:
     ) -> AsyncIterator[GenerationEvent]:
         """Runs the reasoning/tool-call parser over the raw Token text."""
         assert self.spec is not None
-        parser = make_parser(
+        parser = make_output_parser(
             chat_template=self.spec.chat_template,
             model_type=self.spec.model_type,
             tools_enabled=prompt.tools_enabled,

@@ -35,7 +35,7 @@ async def stream_vision(
     )
     # The prefix cache keys VLM prompts on these (one sha256 per image, in order).
     request_keys = image_extra_keys(images)
-    del request_keys  # mlx-vlm keeps its own cache: nothing consumes the keys yet (issue 4)
+    del request_keys  # mlx-vlm keeps its own cache: nothing consumes the keys yet
     worker = await pool.load(name)
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[GenerationEvent] = asyncio.Queue()

@@ -1,4 +1,4 @@
-"""The module boundaries of STYLE.md 2.1 hold: `lint-imports` keeps every contract.
+"""The module boundaries of docs/architecture.md hold: `lint-imports` keeps every contract.
 
 The contracts live in pyproject.toml under [tool.importlinter]. A second test copies the
 package, plants imports that break the table, and checks that lint-imports reports them,
@@ -41,7 +41,7 @@ def test_import_contracts_are_kept() -> None:
     assert "0 broken" in result.stdout
 
 
-# Each planted module breaks one row of the STYLE.md 2.1 table.
+# Each planted module breaks one folder rule.
 PLANTED = {
     "omlx/server/_probe_mlx.py": "import mlx.core\n",
     "omlx/server/_probe_internal.py": "from omlx.engine.text import stop_strings\n",

@@ -1,11 +1,11 @@
-"""Every pure-Python module imports with MLX made unimportable (STYLE.md 2.9).
+"""Every pure-Python module imports with MLX made unimportable (docs/architecture.md).
 
 One subprocess per package group: `sys.modules[name] = None` for mlx, mlx_lm, mlx_vlm and
 mlx_embeddings, then each module is imported on its own so a failure names the module and
-the error. Packages that are pure as a whole (server, tui, loadgen, schemas, parsers) are
+the error. Packages that are pure as a whole (server, pool, models, tui, loadgen, schemas) are
 discovered from the file tree, so a new module is covered without editing this list; in
-omlx.cache only the documented KV-array modules may need MLX. The static twin of this test
-is the "never import MLX" contracts in pyproject.toml (tests/unit/test_import_contracts.py),
+omlx.cache, omlx.engine and omlx.platform only the named modules may need MLX. The static
+twin of this test is the "no MLX" contract in pyproject.toml (tests/unit/test_import_contracts.py),
 which also sees function-level imports.
 """
 
@@ -27,16 +27,11 @@ BLOCKED = ("mlx", "mlx_lm", "mlx_vlm", "mlx_embeddings")
 # that runs on the engine thread (model_cache). Everything else in omlx.cache is pure.
 CACHE_MLX_MODULES = {"omlx.cache.kv_blocks", "omlx.cache.model_cache"}
 
-ENGINE_PURE = [
-    "omlx.engine.api",
-    "omlx.engine.text.templating",
-    "omlx.engine.scheduling",
-    "omlx.platform.blas_threads",
-    "omlx.engine.text.stop_strings",
-    "omlx.engine.text.validation",
-    "omlx.models.store",
-    "omlx.models.types",
-]
+# The engine's MLX modules: the loop's backend and what only it runs. The loop itself and
+# everything else in omlx.engine imports without MLX.
+ENGINE_MLX_MODULES = {"omlx.engine.mlx_backend", "omlx.engine.sampling", "omlx.engine.loading"}
+# models: the GGUF importer reads and writes tensors with MLX; the store itself needs none.
+PLATFORM_MLX_MODULES = {"omlx.platform.weight_layout"}
 DRAFT_PURE = ["omlx.draft.accept", "omlx.draft.config", "omlx.draft.stats", "omlx.draft.stopping"]
 LEAVES = ["omlx.settings", "omlx.errors"]
 
@@ -55,7 +50,10 @@ def modules_under(package: str) -> list[str]:
 
 GROUPS: dict[str, list[str]] = {
     "cache": [m for m in modules_under("omlx.cache") if m not in CACHE_MLX_MODULES],
-    "engine": modules_under("omlx.engine.text.parsers") + ENGINE_PURE,
+    "engine": [m for m in modules_under("omlx.engine") if m not in ENGINE_MLX_MODULES],
+    "pool": modules_under("omlx.pool"),
+    "models": [m for m in modules_under("omlx.models") if not m.startswith("omlx.models.gguf")],
+    "platform": [m for m in modules_under("omlx.platform") if m not in PLATFORM_MLX_MODULES],
     "draft": DRAFT_PURE,
     "server": modules_under("omlx.server"),
     "tui": modules_under("omlx.tui"),
@@ -143,7 +141,7 @@ def test_probe_catches_a_module_that_needs_mlx() -> None:
 
 
 def test_unit_tests_collect_without_mlx() -> None:
-    # STYLE.md 2.10: tests/unit is pure Python. Collection imports every unit test module
+    # tests/unit is pure Python. Collection imports every unit test module
     # and conftest; MLX tests belong under tests/mlx.
     code = (
         f"import sys\nfor name in {BLOCKED!r}:\n    sys.modules[name] = None\n"

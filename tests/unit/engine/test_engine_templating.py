@@ -150,7 +150,7 @@ def test_pure_modules_import_without_mlx():
         "import sys; sys.modules['mlx'] = None; sys.modules['mlx_lm'] = None\n"
         "import omlx.engine.text.templating, omlx.engine.text.validation, omlx.engine.scheduling\n"
         "import omlx.engine.text.stop_strings, omlx.engine.text.detokenize, omlx.engine.metrics\n"
-        "import omlx.engine.text.output, omlx.engine.prefix, omlx.engine.outbox\n"
+        "import omlx.engine.text.parsers, omlx.engine.prefix, omlx.engine.outbox\n"
         "import omlx.engine.text.thinking\n"
         "import omlx.engine.engine, omlx.pool.pool\n"
     )

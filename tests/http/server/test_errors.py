@@ -1,4 +1,4 @@
-"""Errors in OpenAI's shape with the statuses of STYLE.md 2.5; auth; body limits."""
+"""Errors in OpenAI's shape with the statuses of docs/architecture.md; auth; body limits."""
 
 from __future__ import annotations
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import httpx
 
@@ -38,9 +37,7 @@ def test_256_concurrent_streams_none_dropped(pool: FakeModelPool, server: LiveSe
                 *(_one(client, url, i) for i in range(NUM_STREAMS)), return_exceptions=True
             )
 
-    start = time.monotonic()
     results = asyncio.run(main())
     errors = [r for r in results if r != "done"]
     assert not errors, f"{len(errors)} of {NUM_STREAMS} failed, e.g. {errors[:3]}"
     assert len(pool.requests) == NUM_STREAMS
-    assert time.monotonic() - start < 30

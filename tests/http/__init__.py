@@ -1,0 +1,1 @@
+"""HTTP-layer tests: the real app on a loopback server over a scripted ModelPool (no MLX)."""
