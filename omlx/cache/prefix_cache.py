@@ -1,7 +1,7 @@
 """The cache the engine calls: one hot budget and one cold directory shared by all models.
 
 `PrefixCache` owns the tiers and the cold writer; `for_model` hands each engine its
-`ModelPrefixCache` (model_cache.py, the MLX side). Pure Python here: `omlx cache` and the
+`ModelPrefixCache` (model_cache.py, the MLX side; the engine sees it as `PrefixHooks`). Pure Python here: `omlx cache` and the
 server can build reports without MLX.
 """
 

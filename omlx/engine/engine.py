@@ -1,6 +1,6 @@
 """One loaded model, seen from asyncio: submit, stream parsed events, cancel (no MLX here).
 
-The engine thread (runner.py) owns MLX. Prompts are rendered and tokenized on a
+The engine thread (loop.py, through its backend) owns MLX. Prompts are rendered and tokenized on a
 one-thread worker so neither the event loop nor the engine loop waits for it.
 """
 

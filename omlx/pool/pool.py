@@ -3,7 +3,7 @@ one ModelWorker per embedding model or reranker.
 
 Models load on first use (concurrent first requests share one load). Loads run one at
 a time under a memory budget: least-recently-used idle, unpinned models are unloaded
-first (pool_policy.py decides); idle models past their TTL are unloaded by a sweeper.
+first (policy.py decides); idle models past their TTL are unloaded by a sweeper.
 """
 
 from __future__ import annotations

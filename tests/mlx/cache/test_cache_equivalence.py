@@ -11,6 +11,9 @@ from omlx.cache.prefix_cache import PrefixCache
 from omlx.settings import CacheSettings
 from tests.mlx.cache.conftest import greedy
 
+# Differential against stock mlx-lm: `pytest -m mlx_lm_diff` checks a newer mlx-lm.
+pytestmark = pytest.mark.mlx_lm_diff
+
 B = 4
 
 

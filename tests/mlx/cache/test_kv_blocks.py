@@ -12,6 +12,9 @@ from mlx_lm.models.cache import QuantizedKVCache
 from omlx.cache import kv_blocks
 from tests.mlx.cache.conftest import build_model, greedy
 
+# Differential against stock mlx-lm: `pytest -m mlx_lm_diff` checks a newer mlx-lm.
+pytestmark = pytest.mark.mlx_lm_diff
+
 B = 4
 
 

@@ -11,6 +11,9 @@ from omlx.draft.random_init import draft_config_for, random_draft
 from tests.mlx.draft.conftest import VOCAB
 from tests.mlx.draft.oracle import OracleDrafter
 
+# Differential against stock mlx-lm: `pytest -m mlx_lm_diff` checks a newer mlx-lm.
+pytestmark = pytest.mark.mlx_lm_diff
+
 PROMPT = [3, 17, 42, 99, 5, 128, 7, 64]
 
 

@@ -9,6 +9,9 @@ from mlx_lm.models.cache import ArraysCache, KVCache
 
 from omlx.draft.capture import TargetAdapter
 
+# Differential against stock mlx-lm: `pytest -m mlx_lm_diff` checks a newer mlx-lm.
+pytestmark = pytest.mark.mlx_lm_diff
+
 PROMPT = [3, 17, 42, 99, 5, 128, 7, 64, 11, 200]
 BLOCK = [31, 8, 150, 77, 2, 190, 45, 66, 12, 9, 240, 101, 18, 54, 87, 123]
 

@@ -10,7 +10,8 @@ from mlx_lm.sample_utils import make_logits_processors
 from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
 from tests.fixtures.tiny_models import build_tiny_in_memory
 
-pytestmark = pytest.mark.timeout(120)
+# Differential against stock mlx-lm: `pytest -m mlx_lm_diff` checks a newer mlx-lm.
+pytestmark = [pytest.mark.timeout(120), pytest.mark.mlx_lm_diff]
 
 # (step to insert at, prompt, max_tokens, stop token or None, repetition penalty or None)
 ARRIVALS = [
