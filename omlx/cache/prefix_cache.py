@@ -1,8 +1,8 @@
 """The cache the engine calls: one hot budget and one cold directory shared by all models.
 
 `PrefixCache` owns the tiers and the cold writer; `for_model` hands each engine its
-`ModelPrefixCache` (model_cache.py, the MLX side; the engine sees it as `PrefixHooks`). Pure Python here: `omlx cache` and the
-server can build reports without MLX.
+`ModelPrefixCache` (model_cache.py, the MLX side; the engine sees it as `PrefixHooks`).
+Pure Python here: `omlx cache` and the server can build reports without MLX.
 """
 
 from __future__ import annotations

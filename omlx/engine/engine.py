@@ -1,7 +1,7 @@
 """One loaded model, seen from asyncio: submit, stream parsed events, cancel (no MLX here).
 
-The engine thread (loop.py, through its backend) owns MLX. Prompts are rendered and tokenized on a
-one-thread worker so neither the event loop nor the engine loop waits for it.
+The engine thread (loop.py, through its backend) owns MLX. Prompts are rendered and
+tokenized on a one-thread worker so neither the event loop nor the engine loop waits for it.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from omlx.engine.api import (
     ToolCall,
 )
 from omlx.engine.commands import AltPath, Call, Cancel, EventSink, Shutdown, Submission, Submit
+from omlx.engine.loop import EngineLoop
 from omlx.engine.metrics import EngineMetrics
 from omlx.engine.text.parsers import make_output_parser
 from omlx.engine.text.templating import ModelSpec, PreparedPrompt, prepare_prompt
@@ -44,16 +45,15 @@ class TextEngine:
         prefix_factory: Callable[[Any, Path], Any] | None = None,
         alt_path: AltPath | None = None,
     ) -> None:
-        from omlx.engine.loop import EngineLoop  # imports MLX: only once an engine exists
 
         self.name = name
         self.settings = settings
         self.metrics = EngineMetrics(model=name)
-        self._runner = EngineLoop(
+        self._engine_loop = EngineLoop(
             name, path, settings, self.metrics, prefix_factory=prefix_factory, alt_path=alt_path
         )
         self._thread = threading.Thread(
-            target=self._runner.run, name=f"omlx-engine-{name}", daemon=True
+            target=self._engine_loop.run, name=f"omlx-engine-{name}", daemon=True
         )
         self._tokenize = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix=f"omlx-tokenize-{name}"
@@ -66,7 +66,7 @@ class TextEngine:
     async def start(self) -> None:
         """Start the thread and wait until the weights are loaded (raises load errors)."""
         self._thread.start()
-        lm = await asyncio.wrap_future(self._runner.loaded)
+        lm = await asyncio.wrap_future(self._engine_loop.loaded)
         self.spec, self._tokenizer = lm.spec, lm.tokenizer
 
     @property
@@ -78,8 +78,9 @@ class TextEngine:
         return self.settings.max_running + self.settings.max_queued
 
     @property
-    def runner(self) -> Any:
-        return self._runner
+    def engine_loop(self) -> Any:
+        """The EngineLoop on this model's thread (its fields are read-only from here)."""
+        return self._engine_loop
 
     async def prepare(self, request: GenerationRequest) -> PreparedPrompt:
         """Validate, render and tokenize; raises InvalidRequest / ContextTooLong."""
@@ -122,7 +123,7 @@ class TextEngine:
                 sink,
                 thinking_budget_tokens=request.thinking_budget_tokens,
             )
-            self._runner.commands.put(Submit(submission))
+            self._engine_loop.commands.put(Submit(submission))
             submitted = True
             async for event in self._parsed(request.request_id, prompt, sink):
                 finished = isinstance(event, Done | Failed)
@@ -130,7 +131,7 @@ class TextEngine:
         finally:
             self._in_flight -= 1
             if submitted and not finished:  # the consumer left: free the slot
-                self._runner.commands.put(Cancel(request.request_id))
+                self._engine_loop.commands.put(Cancel(request.request_id))
 
     async def _parsed(
         self, request_id: RequestId, prompt: PreparedPrompt, sink: EventSink
@@ -175,12 +176,12 @@ class TextEngine:
                 return
 
     def cancel(self, request_id: RequestId) -> None:
-        self._runner.commands.put(Cancel(request_id))
+        self._engine_loop.commands.put(Cancel(request_id))
 
     async def call(self, fn: Callable[[], Any]) -> Any:
         """Run fn on the engine thread (for MLX reads); returns its result."""
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._runner.commands.put(Call(fn, future))
+        self._engine_loop.commands.put(Call(fn, future))
         return await asyncio.wrap_future(future)
 
     async def close(self, grace_s: float = 5.0) -> None:
@@ -189,7 +190,7 @@ class TextEngine:
             return
         self._closed = True
         if self._thread.is_alive():
-            self._runner.commands.put(Shutdown(grace_s))
+            self._engine_loop.commands.put(Shutdown(grace_s))
             await asyncio.to_thread(self._thread.join, grace_s + 30.0)
         self._tokenize.shutdown(wait=False)
 

@@ -106,6 +106,10 @@ class EngineLoop:
             self._fail_all(OmlxError(f"the engine of model {self.name!r} stopped"))
             self._teardown()
 
+    def loaded_model(self) -> Any:
+        """The loaded model (call on the engine thread; None before setup, after teardown)."""
+        return self._lm
+
     def tick(self) -> None:
         """One pass of the loop (tests call it directly, after `setup`)."""
         self._drain_commands()

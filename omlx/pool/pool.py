@@ -367,9 +367,9 @@ class LocalModelPool:
         engine = await self.load(name)
         self.policy.begin(name, time.monotonic())
         try:
-            runner = engine.runner
+            lm = engine.engine_loop.loaded_model
             fn = on_thread("omlx.workers.rerank:rerank_with_causal_lm", *args)
-            return await engine.call(lambda: fn((runner._lm.model, runner._lm.tokenizer)))
+            return await engine.call(lambda: fn((lm().model, lm().tokenizer)))
         finally:
             self.policy.end(name, time.monotonic())
 

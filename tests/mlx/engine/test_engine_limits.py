@@ -147,7 +147,7 @@ def test_chunked_prefill_keeps_running_streams_decoding(tiny_dir):
         await asyncio.gather(*tasks)
         for s in streams:
             await s.aclose()
-        return counts, progress, engine.runner.decode_steps_during_prefill
+        return counts, progress, engine.engine_loop.decode_steps_during_prefill
 
     counts, progress, mixed_steps = run_with_pool(tiny_dir, body, prefill_step_tokens=512)
     # A 2500-token prompt in one 512-token chunk per step would give at most ~5 mixed steps;
@@ -165,12 +165,12 @@ def test_short_prompts_join_at_once_long_ones_are_paced(tiny_dir, paced_prompt_t
         stream = pool.generate(request("stream", max_tokens=3000))
         await _first_token(stream)
         engine = pool.loaded_engines()[0]
-        before = engine.runner.decode_steps_during_prefill
+        before = engine.engine_loop.decode_steps_during_prefill
         short = pool.generate(request(prompt_token_ids=list(range(1000, 1200)), max_tokens=1))
         async for _ in short:
             pass
         await stream.aclose()
-        return engine.runner.decode_steps_during_prefill - before
+        return engine.engine_loop.decode_steps_during_prefill - before
 
     mixed_steps = run_with_pool(
         tiny_dir, body, prefill_step_tokens=512, paced_prompt_tokens=paced_prompt_tokens
