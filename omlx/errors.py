@@ -26,6 +26,26 @@ class Unauthorized(OmlxError):
     code = "invalid_api_key"
 
 
+class Forbidden(OmlxError):
+    """The request comes from a host name or a web page this server does not answer."""
+
+    code = "forbidden"
+
+
+class HostNotAllowed(Forbidden):
+    code = "host_not_allowed"
+
+
+class OriginNotAllowed(Forbidden):
+    code = "origin_not_allowed"
+
+
+class UnsupportedMediaType(OmlxError):
+    """A JSON endpoint was sent a body that does not say it is JSON."""
+
+    code = "unsupported_media_type"
+
+
 class NotFound(OmlxError):
     """A named thing (model, stored response, ...) does not exist."""
 

@@ -23,16 +23,31 @@ class ServerSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
     host: Annotated[str, _doc("Address to bind; loopback unless told otherwise")] = "127.0.0.1"
     port: Annotated[int, _doc("TCP port"), msgspec.Meta(ge=0, le=65535)] = 8000
     api_key: Annotated[str, _doc("Bearer/x-api-key required on /v1 when set")] = ""
-    cors_origins: Annotated[list[str], _doc("Allowed CORS origins; empty = CORS closed")] = []
+    cors_origins: Annotated[
+        list[str],
+        _doc("Web pages (origins) that may call the API; empty = CORS closed, loopback only"),
+    ] = []
+    allowed_hosts: Annotated[
+        list[str],
+        _doc(
+            "Host names this server answers besides IP addresses, localhost and this "
+            "machine's name (DNS-rebinding guard); '*' turns the check off"
+        ),
+    ] = []
     keepalive_mode: Annotated[
         KeepAliveMode, _doc("SSE keep-alive while the first token is pending")
     ] = "comment"
     keepalive_interval_s: Annotated[
         float, _doc("Seconds between keep-alive frames"), msgspec.Meta(gt=0)
     ] = 5.0
-    max_request_bytes: Annotated[int, _doc("Largest accepted request body"), msgspec.Meta(gt=0)] = (
-        64 * 1024 * 1024
-    )
+    max_request_bytes: Annotated[
+        int, _doc("Largest request body without images"), msgspec.Meta(gt=0)
+    ] = 8 * 1024 * 1024
+    max_image_request_bytes: Annotated[
+        int,
+        _doc("Largest chat request body that carries images (base64 data URLs)"),
+        msgspec.Meta(gt=0),
+    ] = 64 * 1024 * 1024
 
 
 class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

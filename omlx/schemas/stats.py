@@ -64,6 +64,14 @@ class ModelStats(msgspec.Struct, kw_only=True):
     cached_tokens_total: int = 0
 
 
+class HttpStats(msgspec.Struct, kw_only=True):
+    """What the HTTP server answered since start (the engines count what they ran)."""
+
+    requests_total: int = 0
+    client_disconnects_total: int = 0  # the client left before its answer was complete
+    server_errors_total: int = 0  # 5xx answers
+
+
 class StatsSnapshot(msgspec.Struct, kw_only=True):
     time: float
     uptime_s: float
@@ -78,3 +86,4 @@ class StatsSnapshot(msgspec.Struct, kw_only=True):
     requests: list[RunningRequest] = msgspec.field(default_factory=list)
     memory: MemoryStats = msgspec.field(default_factory=MemoryStats)
     cache: CacheStats = msgspec.field(default_factory=CacheStats)
+    http: HttpStats = msgspec.field(default_factory=HttpStats)

@@ -10,9 +10,10 @@ from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 
 from omlx.engine.api import CacheAdmin, ModelPool
-from omlx.server.auth import make_api_key_guard
+from omlx.server.auth import PUBLIC_ROUTES, PublicRoutes, SessionCheck, make_api_key_guard
 from omlx.server.errors import exception_handler
-from omlx.server.request_log import RequestLogMiddleware
+from omlx.server.origin import OriginPolicy, make_origin_guard
+from omlx.server.request_log import HttpCounters, RequestLogMiddleware
 from omlx.server.routes import (
     anthropic,
     cache,
@@ -37,11 +38,15 @@ def create_app(
     stats_interval_s: float = 1.0,
     extra_routes: Sequence[Any] = (),
     kv_cache: CacheAdmin | None = None,
+    public_routes: PublicRoutes = PUBLIC_ROUTES,
+    session_check: SessionCheck | None = None,
 ) -> Litestar:
     """Build the app around `pool`; `close_pool_on_shutdown` when the app owns the pool.
 
     `kv_cache` (the tiered prefix cache the pool's engines use) gets the /api/cache routes
     and is closed after the pool, so blocks stored by finishing requests reach the disk.
+    With an API key set every route needs it except `public_routes`; `session_check`
+    lets a request without a key in when it holds another valid login (the admin's).
     """
     route_handlers: list[Any] = [
         *health.ROUTES,
@@ -73,15 +78,22 @@ def create_app(
                 "settings": settings,
                 "stats_interval_s": stats_interval_s,
                 "cache": kv_cache,
+                "http_counters": HttpCounters(),
             }
         ),
-        guards=[make_api_key_guard(server.api_key)],
+        guards=[
+            make_origin_guard(
+                OriginPolicy.build(server.host, server.allowed_hosts, server.cors_origins)
+            ),
+            make_api_key_guard(server.api_key, public_routes, session_check),
+        ],
         middleware=[RequestLogMiddleware],
         exception_handlers={Exception: exception_handler},
         cors_config=CORSConfig(allow_origins=list(server.cors_origins))
         if server.cors_origins
         else None,
-        request_max_body_size=server.max_request_bytes,
+        # Text routes hold their bodies to max_request_bytes themselves (json_body.py).
+        request_max_body_size=max(server.max_request_bytes, server.max_image_request_bytes),
         on_shutdown=[close_pool],
         openapi_config=None,
         logging_config=None,

@@ -18,12 +18,16 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
 from omlx.errors import (
+    Forbidden,
     InvalidRequest,
     NotFound,
     OmlxError,
     Overloaded,
     Unauthorized,
+    UnsupportedMediaType,
 )
+from omlx.server.event_stream import ClientDisconnected
+from omlx.server.request_log import CLIENT_CLOSED, current_record
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +68,8 @@ def invalid_body(error: msgspec.ValidationError | msgspec.DecodeError) -> Invali
 
 def error_info(exc: BaseException) -> ErrorInfo:
     """Classify any exception; the single place that knows HTTP statuses."""
+    if isinstance(exc, ClientDisconnected):  # nobody reads the answer; not our failure
+        return ErrorInfo(CLIENT_CLOSED, "client disconnected", "client_closed", "client_closed")
     if isinstance(exc, OmlxError):
         return _omlx_info(exc)
     if isinstance(exc, msgspec.ValidationError | msgspec.DecodeError):
@@ -86,6 +92,10 @@ def _omlx_info(exc: OmlxError) -> ErrorInfo:
         status, otype, atype = 400, "invalid_request_error", "invalid_request_error"
     elif isinstance(exc, Unauthorized):
         status, otype, atype = 401, "authentication_error", "authentication_error"
+    elif isinstance(exc, Forbidden):
+        status, otype, atype = 403, "permission_error", "permission_error"
+    elif isinstance(exc, UnsupportedMediaType):
+        status, otype, atype = 415, "invalid_request_error", "invalid_request_error"
     elif isinstance(exc, NotFound):
         status, otype, atype = 404, "invalid_request_error", "not_found_error"
     elif isinstance(exc, Overloaded):
@@ -153,7 +163,9 @@ def http_status(info: ErrorInfo, dialect: Dialect) -> int:
 
 def error_response(exc: BaseException, dialect: Dialect) -> Response[Any]:
     info = error_info(exc)
-    if info.status >= 500 and info.retry_after_s is None:
+    if info.status == CLIENT_CLOSED:
+        current_record().finish = "disconnected"
+    elif info.status >= 500 and info.retry_after_s is None:
         log.error("request failed: %s", info.message, exc_info=exc)
     headers = {}
     if info.retry_after_s is not None:

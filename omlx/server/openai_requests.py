@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 
@@ -15,20 +15,7 @@ from omlx.schemas.openai import (
     Message,
     SamplingFields,
 )
-from omlx.server.errors import invalid_body
 from omlx.settings import Settings
-
-T = TypeVar("T")
-
-
-def decode_body(raw: bytes, type_: type[T]) -> T:
-    """Decode a JSON body into its Struct; any mismatch is a 400 naming the field."""
-    if not raw.strip():
-        raise InvalidRequest("request body is empty; expected a JSON object")
-    try:
-        return msgspec.json.decode(raw, type=type_)
-    except (msgspec.ValidationError, msgspec.DecodeError) as e:
-        raise invalid_body(e) from None
 
 
 def new_request_id(prefix: str) -> RequestId:

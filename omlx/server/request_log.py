@@ -2,12 +2,15 @@
 
 The route fills in the current `RequestRecord` (model, token counts); the middleware
 writes the line when the response (streamed or not) has been sent. No prompt text.
+Clients choose paths and model names: control characters in them are escaped, so a
+request cannot forge log lines or send terminal escapes to whoever tails the log.
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +32,39 @@ class RequestRecord:
     cached_tokens: int = 0
     finish: str = "-"  # the engine's finish reason, "disconnected" or "error"
     served_by: str = "-"  # which engine path served it: batch or dflash
+
+
+# Status logged for a request whose client left before any response was sent (nginx's).
+CLIENT_CLOSED = 499
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 256 else f"\\u{code:04x}"
+
+
+def escape_control(text: str) -> str:
+    """`text` with C0/C1 controls, DEL and Unicode line breaks as visible escapes."""
+    return _CONTROL.sub(_escaped, text)
+
+
+class SafeFormatter(logging.Formatter):
+    """Escapes control characters in every message (tracebacks keep their lines)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape_control(record.message)
+        return super().formatMessage(record)
+
+
+@dataclass(slots=True)
+class HttpCounters:
+    """Per app: requests answered, clients that left first, 5xx answers."""
+
+    requests_total: int = 0
+    client_disconnects_total: int = 0
+    server_errors_total: int = 0
 
 
 _current: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
@@ -76,8 +112,23 @@ class RequestLogMiddleware:
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
+            if record.finish == "disconnected" and status in (0, 500):
+                status = CLIENT_CLOSED  # nothing (or only an error about it) was sent
+            _count(scope, status or 500)
             _log_line(scope, record, status or 500, time.perf_counter() - start)
             _current.reset(token)
+
+
+def _count(scope: Any, status: int) -> None:
+    app = scope.get("litestar_app")
+    counters = app.state.get("http_counters") if app is not None else None
+    if counters is None:
+        return
+    counters.requests_total += 1
+    if status == CLIENT_CLOSED:
+        counters.client_disconnects_total += 1
+    elif status >= 500:
+        counters.server_errors_total += 1
 
 
 def _log_line(scope: Any, record: RequestRecord, status: int, duration_s: float) -> None:
@@ -89,9 +140,9 @@ def _log_line(scope: Any, record: RequestRecord, status: int, duration_s: float)
         level,
         "%s %s model=%s status=%d prompt_tokens=%d completion_tokens=%d "
         "cached_tokens=%d finish=%s served_by=%s duration_ms=%.0f",
-        scope.get("method", "-"),
-        path,
-        record.model,
+        escape_control(scope.get("method", "-")),
+        escape_control(path),
+        escape_control(record.model),
         status,
         record.prompt_tokens,
         record.completion_tokens,

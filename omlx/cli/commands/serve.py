@@ -102,12 +102,12 @@ def serve(
 
 def configure_logging(level: str) -> None:
     """Root logging once, tagging every record with the current request id and model."""
-    from omlx.server.request_log import RequestContextFilter
+    from omlx.server.request_log import RequestContextFilter, SafeFormatter
 
     handler = logging.StreamHandler()
     handler.addFilter(RequestContextFilter())
     handler.setFormatter(
-        logging.Formatter("%(asctime)s %(levelname)-7s %(name)s [%(request_id)s] %(message)s")
+        SafeFormatter("%(asctime)s %(levelname)-7s %(name)s [%(request_id)s] %(message)s")
     )
     root = logging.getLogger()
     root.handlers[:] = [handler]

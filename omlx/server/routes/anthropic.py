@@ -31,7 +31,8 @@ from omlx.server.generation import (
     pool_of,
     settings_of,
 )
-from omlx.server.openai_requests import decode_body, new_request_id
+from omlx.server.json_body import read_json
+from omlx.server.openai_requests import new_request_id
 from omlx.server.sse import keepalive_interval, sse_response
 from omlx.settings import Settings
 
@@ -41,7 +42,7 @@ OPT = {"dialect": "anthropic"}
 @post("/v1/messages", status_code=200, opt=OPT)
 async def create_message(request: Request[Any, Any, Any]) -> Response[Any]:
     settings = settings_of(request)
-    body = decode_body(await request.body(), an.MessagesRequest)
+    body = await read_json(request, an.MessagesRequest, images=True)
     models = pool_of(request).list_models()
     model = resolve_model(body.model, settings, models)
     scale = TokenScale(settings, model, models)
@@ -58,7 +59,7 @@ async def create_message(request: Request[Any, Any, Any]) -> Response[Any]:
 @post("/v1/messages/count_tokens", status_code=200, opt=OPT)
 async def count_tokens(request: Request[Any, Any, Any]) -> an.CountTokensResponse:
     settings = settings_of(request)
-    body = decode_body(await request.body(), an.CountTokensRequest)
+    body = await read_json(request, an.CountTokensRequest, images=True)
     pool = pool_of(request)
     models = pool.list_models()
     model = resolve_model(body.model, settings, models)

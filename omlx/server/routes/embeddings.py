@@ -17,7 +17,7 @@ from omlx.schemas.embeddings import (
     EmbeddingsUsage,
 )
 from omlx.server.generation import pool_of, settings_of
-from omlx.server.openai_requests import decode_body
+from omlx.server.json_body import read_json
 
 MAX_INPUTS = 2048  # OpenAI's limit on inputs per request
 
@@ -54,7 +54,7 @@ def encode_base64(vector: list[float]) -> str:
 
 @post("/v1/embeddings", status_code=200, opt={"dialect": "openai"})
 async def embeddings(request: Request[Any, Any, Any]) -> EmbeddingsResponse:
-    body = decode_body(await request.body(), EmbeddingsRequest)
+    body = await read_json(request, EmbeddingsRequest)
     if body.dimensions is not None and body.dimensions < 1:
         raise InvalidRequest("dimensions must be at least 1", param="dimensions")
     model = body.model or settings_of(request).engine.default_model

@@ -8,14 +8,15 @@ from litestar import Request, Response, post
 
 from omlx.schemas.openai import ChatCompletionRequest
 from omlx.server.generation import admit, begin, collect, settings_of, stream_response
+from omlx.server.json_body import read_json
 from omlx.server.openai_render import ChatChunker, chat_completion, error_frame
-from omlx.server.openai_requests import chat_generation_request, decode_body, new_request_id
+from omlx.server.openai_requests import chat_generation_request, new_request_id
 
 
 @post("/v1/chat/completions", status_code=200, opt={"dialect": "openai"})
 async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
     settings = settings_of(request)
-    body = decode_body(await request.body(), ChatCompletionRequest)
+    body = await read_json(request, ChatCompletionRequest, images=True)
     gen = chat_generation_request(body, settings, new_request_id("chatcmpl"))
     stream = begin(request, gen)
     if not body.stream:

@@ -8,10 +8,10 @@ from litestar import Request, Response, post
 
 from omlx.schemas.openai import CompletionRequest
 from omlx.server.generation import admit, begin, collect, settings_of, stream_response
+from omlx.server.json_body import read_json
 from omlx.server.openai_render import CompletionChunker, completion, error_frame
 from omlx.server.openai_requests import (
     completion_generation_request,
-    decode_body,
     new_request_id,
 )
 
@@ -19,7 +19,7 @@ from omlx.server.openai_requests import (
 @post("/v1/completions", status_code=200, opt={"dialect": "openai"})
 async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
     settings = settings_of(request)
-    body = decode_body(await request.body(), CompletionRequest)
+    body = await read_json(request, CompletionRequest)
     gen = completion_generation_request(body, settings, new_request_id("cmpl"))
     echo = gen.prompt or "" if body.echo else ""
     want_logprobs = body.logprobs is not None

@@ -16,7 +16,8 @@ from omlx.schemas.rerank import (
     RerankUsage,
 )
 from omlx.server.generation import pool_of, settings_of
-from omlx.server.openai_requests import decode_body, new_request_id
+from omlx.server.json_body import read_json
+from omlx.server.openai_requests import new_request_id
 
 MAX_DOCUMENTS = 1000
 
@@ -36,7 +37,7 @@ def document_texts(documents: list[Any]) -> list[str]:
 
 @post(["/v1/rerank", "/rerank", "/v2/rerank"], status_code=200, opt={"dialect": "openai"})
 async def rerank(request: Request[Any, Any, Any]) -> RerankResponse:
-    body = decode_body(await request.body(), RerankBody)
+    body = await read_json(request, RerankBody)
     texts = document_texts(body.documents)
     if not texts:
         raise InvalidRequest("documents must not be empty", param="documents")

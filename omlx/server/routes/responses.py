@@ -11,7 +11,8 @@ from omlx.schemas import responses as rs
 from omlx.server.anthropic_requests import resolve_model
 from omlx.server.event_stream import EventStream
 from omlx.server.generation import admit, begin, collect, event_frames, pool_of, settings_of
-from omlx.server.openai_requests import decode_body, new_request_id
+from omlx.server.json_body import read_json
+from omlx.server.openai_requests import new_request_id
 from omlx.server.responses_render import (
     ResponseStreamer,
     answer_message,
@@ -37,7 +38,7 @@ def store_of(request: Request[Any, Any, Any]) -> ResponseStore:
 @post("/v1/responses", status_code=200, opt=OPT)
 async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
     settings = settings_of(request)
-    body = decode_body(await request.body(), rs.ResponsesRequest)
+    body = await read_json(request, rs.ResponsesRequest, images=True)
     store = store_of(request)
     model = resolve_model(body.model, settings, pool_of(request).list_models())
     history = store.conversation(body.previous_response_id) if body.previous_response_id else []

@@ -9,24 +9,36 @@ from typing import Any
 from litestar import Request, get
 from litestar.response import Stream
 
-from omlx.schemas.stats import StatsSnapshot
+from omlx.schemas.stats import HttpStats, StatsSnapshot
 from omlx.server.generation import pool_of
+from omlx.server.request_log import HttpCounters
 from omlx.server.sse import frame, sse_response
+
+
+def snapshot(request: Request[Any, Any, Any]) -> StatsSnapshot:
+    """The pool's figures plus what the HTTP server counted."""
+    snap = pool_of(request).stats()
+    counters: HttpCounters = request.app.state["http_counters"]
+    snap.http = HttpStats(
+        requests_total=counters.requests_total,
+        client_disconnects_total=counters.client_disconnects_total,
+        server_errors_total=counters.server_errors_total,
+    )
+    return snap
 
 
 @get("/api/stats")
 async def stats(request: Request[Any, Any, Any]) -> StatsSnapshot:
-    return pool_of(request).stats()
+    return snapshot(request)
 
 
 @get("/api/stats/stream")
 async def stats_stream(request: Request[Any, Any, Any]) -> Stream:
-    pool = pool_of(request)
     interval_s: float = request.app.state["stats_interval_s"]
 
     async def frames() -> AsyncGenerator[bytes, None]:
         while True:
-            yield frame(pool.stats())
+            yield frame(snapshot(request))
             await asyncio.sleep(interval_s)
 
     return sse_response(frames())
