@@ -48,6 +48,19 @@ class ChatMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class ResponseFormat:
+    """What the answer must be: free text, any JSON object, or JSON matching `json_schema`."""
+
+    type: str = "text"  # text | json_object | json_schema
+    json_schema: dict[str, Any] | None = None
+    name: str | None = None
+
+    @property
+    def is_constrained(self) -> bool:
+        return self.type != "text"
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationRequest:
     """One generation, as the engine sees it.
 
@@ -71,6 +84,11 @@ class GenerationRequest:
     # Anthropic `thinking.budget_tokens`: once this many tokens were spent inside the
     # reasoning block, the engine closes it (emits the end-of-thinking markup) itself.
     thinking_budget_tokens: int | None = None
+    # JSON mode / JSON Schema, enforced by constrained decoding (as are forced tool calls).
+    response_format: ResponseFormat | None = None
+    # False: a forced tool call is exactly one call (OpenAI parallel_tool_calls, Anthropic
+    # disable_parallel_tool_use).
+    parallel_tool_calls: bool = True
 
 
 class FinishReason(enum.StrEnum):

@@ -51,8 +51,15 @@ class EngineBackend(Protocol):
     def sampler(self, params: SamplingParams, vocab_size: int) -> Any: ...
 
     def logits_processors(
-        self, params: SamplingParams, num_prompt_tokens: int, forced: Callable[..., Any] | None
-    ) -> list[Any]: ...
+        self,
+        params: SamplingParams,
+        num_prompt_tokens: int,
+        forced: Callable[..., Any] | None,
+        *,
+        grammar: Any = None,
+    ) -> list[Any]:
+        """The row's processors; `grammar` (a constraints.RowMatcher) masks what it forbids."""
+        ...
 
     def token_logprob(
         self, tokenizer: Any, logprobs: Any, token: int, top_n: int

@@ -30,6 +30,8 @@ class Submission:
     sink: EventSink
     submitted_at: float = field(default_factory=time.monotonic)
     thinking_budget_tokens: int | None = None
+    # The compiled output grammar (constraints.CompiledGrammar), or None for free text.
+    grammar: Any = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,13 @@ from omlx.engine.metrics import EngineMetrics
 from omlx.engine.text.parsers import make_output_parser
 from omlx.engine.text.templating import ModelSpec, PreparedPrompt, prepare_prompt
 from omlx.engine.text.validation import validate_request
+from omlx.engine.constraints import (
+    CompiledGrammar,
+    GrammarCompiler,
+    is_constrained,
+    request_grammar,
+)
+from omlx.engine.text.parsers import detect_tool_format
 from omlx.errors import OmlxError, Overloaded
 from omlx.settings import EngineSettings
 
@@ -62,12 +69,15 @@ class TextEngine:
         self._closed = False
         self.spec: ModelSpec | None = None
         self._tokenizer: Any = None
+        self._eos_ids: list[int] = []
+        self._grammars: GrammarCompiler | None = None  # built on the first constrained request
 
     async def start(self) -> None:
         """Start the thread and wait until the weights are loaded (raises load errors)."""
         self._thread.start()
         lm = await asyncio.wrap_future(self._engine_loop.loaded)
         self.spec, self._tokenizer = lm.spec, lm.tokenizer
+        self._eos_ids = sorted(lm.eos_token_ids)
 
     @property
     def is_alive(self) -> bool:
@@ -97,6 +107,24 @@ class TextEngine:
             ),
         )
 
+    async def compile_grammar(self, request: GenerationRequest) -> CompiledGrammar | None:
+        """The request's output grammar, compiled; InvalidRequest when it cannot be enforced."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._tokenize, lambda: self._compile(request))
+
+    def _compile(self, request: GenerationRequest) -> CompiledGrammar | None:
+        assert self.spec is not None
+        spec = self.spec
+        if not is_constrained(request):
+            return None
+        if self._grammars is None:
+            vocab = spec.vocab_size or len(self._tokenizer)
+            self._grammars = GrammarCompiler.for_tokenizer(self._tokenizer, vocab, self._eos_ids)
+        tool_format = detect_tool_format(spec.chat_template, spec.model_type).name
+        grammar = request_grammar(request, tool_format, self._grammars.special_id)
+        assert grammar is not None
+        return self._grammars.compile(grammar)
+
     async def count_tokens(self, request: GenerationRequest) -> int:
         return len((await self.prepare(request)).token_ids)
 
@@ -113,6 +141,7 @@ class TextEngine:
         self._in_flight += 1
         submitted = finished = False
         try:
+            grammar = await self.compile_grammar(request)
             prompt = await self.prepare(request)
             sink = EventSink(asyncio.get_running_loop(), asyncio.Queue())
             submission = Submission(
@@ -122,6 +151,7 @@ class TextEngine:
                 list(request.stop),
                 sink,
                 thinking_budget_tokens=request.thinking_budget_tokens,
+                grammar=grammar,
             )
             self._engine_loop.commands.put(Submit(submission))
             submitted = True

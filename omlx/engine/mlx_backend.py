@@ -13,6 +13,8 @@ from typing import Any
 import mlx.core as mx
 
 from omlx.engine.api import SamplingParams, TokenLogprob
+from omlx.engine.constraints import RowMatcher
+from omlx.engine.grammar_mask import grammar_processor
 from omlx.engine.loading import LoadedModel, load_text_model
 from omlx.engine.sampling import (
     forcing_processor,
@@ -48,9 +50,16 @@ class MLXBackend:
         return make_sampler(params, vocab_size)
 
     def logits_processors(
-        self, params: SamplingParams, num_prompt_tokens: int, forced: Callable[..., Any] | None
+        self,
+        params: SamplingParams,
+        num_prompt_tokens: int,
+        forced: Callable[..., Any] | None,
+        *,
+        grammar: RowMatcher | None = None,
     ) -> list[Any]:
         processors = make_logits_processors(params, num_prompt_tokens)
+        if grammar is not None:  # first: the penalties then only see allowed tokens
+            processors.insert(0, grammar_processor(grammar, num_prompt_tokens))
         if forced is not None:
             processors.append(forcing_processor(forced))
         return processors

@@ -29,7 +29,12 @@ CACHE_MLX_MODULES = {"omlx.cache.kv_blocks", "omlx.cache.model_cache"}
 
 # The engine's MLX modules: the loop's backend and what only it runs. The loop itself and
 # everything else in omlx.engine imports without MLX.
-ENGINE_MLX_MODULES = {"omlx.engine.mlx_backend", "omlx.engine.sampling", "omlx.engine.loading"}
+ENGINE_MLX_MODULES = {
+    "omlx.engine.mlx_backend",
+    "omlx.engine.sampling",
+    "omlx.engine.loading",
+    "omlx.engine.grammar_mask",
+}
 # models: the GGUF importer reads and writes tensors with MLX; the store itself needs none.
 PLATFORM_MLX_MODULES = {"omlx.platform.weight_layout"}
 DRAFT_PURE = ["omlx.draft.accept", "omlx.draft.config", "omlx.draft.stats", "omlx.draft.stopping"]

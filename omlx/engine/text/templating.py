@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from omlx.engine.api import ChatMessage, GenerationRequest
+from omlx.engine.constraints import is_constrained
+from omlx.engine.text.tool_prompt import inline_tools, template_renders_tools
 from omlx.errors import ContextTooLong, InvalidRequest
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
@@ -167,9 +169,11 @@ def render_chat(
         raise InvalidRequest(f"model {spec.name!r} has no chat template; use /v1/completions")
     messages = normalize_messages(request.messages, allow_images=spec.is_vlm)
     tools, messages = apply_tool_choice(request.tools, request.tool_choice, messages)
-    kwargs: dict[str, Any] = dict(request.chat_template_kwargs)
-    if tools:
+    kwargs = _template_kwargs(request)
+    if tools and template_renders_tools(tokenizer):
         kwargs["tools"] = tools
+    elif tools:
+        messages = inline_tools(messages, tools)
     try:
         text = tokenizer.apply_chat_template(
             messages,
@@ -181,6 +185,19 @@ def render_chat(
         raise InvalidRequest(f"the chat template rejected the messages: {e}") from None
     ids = tokenizer.encode(text, add_special_tokens=False)
     return text, ids, bool(tools)
+
+
+def _template_kwargs(request: GenerationRequest) -> dict[str, Any]:
+    """The request's template switches; constrained output starts at once, unthought."""
+    kwargs: dict[str, Any] = dict(request.chat_template_kwargs)
+    if is_constrained(request):
+        if kwargs.get("enable_thinking"):
+            raise InvalidRequest(
+                "thinking cannot be combined with response_format or a forced tool_choice",
+                param="thinking",
+            )
+        kwargs["enable_thinking"] = False
+    return kwargs
 
 
 def prepare_prompt(
@@ -200,7 +217,7 @@ def prepare_prompt(
         ids = list(request.prompt_token_ids or [])
     if not ids:
         raise InvalidRequest("the prompt is empty", param="prompt")
-    thinking = request.chat_template_kwargs.get("enable_thinking")
+    thinking = _template_kwargs(request).get("enable_thinking")
     return PreparedPrompt(
         token_ids=ids,
         max_tokens=fit_max_tokens(len(ids), request.max_tokens, spec, default_max_tokens),

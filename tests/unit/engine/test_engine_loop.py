@@ -180,7 +180,9 @@ class FakeBackend:
     def sampler(self, params: SamplingParams, vocab_size: int) -> Any:
         return None
 
-    def logits_processors(self, params: SamplingParams, n: int, forced: Any) -> list[Any]:
+    def logits_processors(
+        self, params: SamplingParams, n: int, forced: Any, *, grammar: Any = None
+    ) -> list[Any]:
         return []
 
     def token_logprob(self, tokenizer: Any, logprobs: Any, token: int, top_n: int) -> Any:
