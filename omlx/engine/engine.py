@@ -24,18 +24,17 @@ from omlx.engine.api import (
     ToolCall,
 )
 from omlx.engine.commands import AltPath, Call, Cancel, EventSink, Shutdown, Submission, Submit
-from omlx.engine.loop import EngineLoop
-from omlx.engine.metrics import EngineMetrics
-from omlx.engine.text.parsers import make_output_parser
-from omlx.engine.text.templating import ModelSpec, PreparedPrompt, prepare_prompt
-from omlx.engine.text.validation import validate_request
 from omlx.engine.constraints import (
     CompiledGrammar,
     GrammarCompiler,
     is_constrained,
     request_grammar,
 )
-from omlx.engine.text.parsers import detect_tool_format
+from omlx.engine.loop import EngineLoop
+from omlx.engine.metrics import EngineMetrics
+from omlx.engine.text.parsers import detect_tool_format, make_output_parser
+from omlx.engine.text.templating import ModelSpec, PreparedPrompt, prepare_prompt
+from omlx.engine.text.validation import validate_request
 from omlx.errors import OmlxError, Overloaded
 from omlx.settings import EngineSettings
 

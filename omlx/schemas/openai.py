@@ -147,6 +147,7 @@ class CompletionRequest(SamplingFields, kw_only=True):
     logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
     suffix: str | None = None
     best_of: int | None = None
+    response_format: ResponseFormat | None = None
 
 
 # ---------------------------------------------------------------- responses

@@ -33,6 +33,8 @@ class ResponsesRequest(Struct, kw_only=True):
     reasoning: ReasoningConfig | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
+    # {"format": {"type": "text" | "json_object" | "json_schema", "name", "schema", "strict"}}
+    text: dict[str, Any] | None = None
 
 
 class OutputText(Struct, kw_only=True, tag_field="type", tag="output_text"):

@@ -247,8 +247,10 @@ def generation_request(
         top_p=defaults.top_p if body.top_p is None else body.top_p,
         top_k=body.top_k or 0,
     )
+    choice = body.tool_choice
     return dataclasses.replace(
         count_request(body, model, request_id),
+        parallel_tool_calls=not (choice is not None and choice.disable_parallel_tool_use),
         max_tokens=body.max_tokens,
         stop=list(stops),
         sampling=sampling,

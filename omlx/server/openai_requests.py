@@ -7,7 +7,13 @@ from typing import Any
 
 import msgspec
 
-from omlx.engine.api import ChatMessage, GenerationRequest, RequestId, SamplingParams
+from omlx.engine.api import (
+    ChatMessage,
+    GenerationRequest,
+    RequestId,
+    ResponseFormat,
+    SamplingParams,
+)
 from omlx.errors import InvalidRequest
 from omlx.schemas.openai import (
     ChatCompletionRequest,
@@ -15,6 +21,7 @@ from omlx.schemas.openai import (
     Message,
     SamplingFields,
 )
+from omlx.schemas.openai import ResponseFormat as WireResponseFormat
 from omlx.settings import Settings
 
 
@@ -80,6 +87,28 @@ def sampling_params(body: SamplingFields, *, logprobs: bool, top_logprobs: int) 
     )
 
 
+def response_format(wire: WireResponseFormat | None) -> ResponseFormat | None:
+    """OpenAI's `{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`."""
+    if wire is None or wire.type == "text":
+        return None
+    if wire.type == "json_object":
+        return ResponseFormat("json_object")
+    spec = wire.json_schema
+    if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+        raise InvalidRequest(
+            "response_format json_schema needs json_schema.schema (a JSON Schema object)",
+            param="response_format",
+        )
+    return structured_format("json_schema", spec["schema"], spec.get("name"))
+
+
+def structured_format(kind: str, schema: Any, name: Any) -> ResponseFormat:
+    """A JSON Schema response format; every schema is enforced, strict or not."""
+    if not isinstance(schema, dict):
+        raise InvalidRequest("the JSON schema must be an object", param="response_format")
+    return ResponseFormat(kind, json_schema=schema, name=name if isinstance(name, str) else None)
+
+
 def _chat_message(message: Message) -> ChatMessage:
     content: str | list[dict[str, Any]] | None
     if isinstance(message.content, list):
@@ -105,11 +134,6 @@ def chat_generation_request(
     _check_common(body)
     if not body.messages:
         raise InvalidRequest("messages must contain at least one message", param="messages")
-    if body.response_format is not None and body.response_format.type != "text":
-        raise InvalidRequest(
-            f"response_format {body.response_format.type!r} is not supported; use 'text'",
-            param="response_format",
-        )
     if body.top_logprobs and not body.logprobs:
         raise InvalidRequest("top_logprobs requires logprobs=true", param="top_logprobs")
     max_tokens = body.max_completion_tokens or body.max_tokens
@@ -124,6 +148,8 @@ def chat_generation_request(
         tools=[msgspec.to_builtins(t) for t in body.tools] if body.tools else None,
         tool_choice=msgspec.to_builtins(tool_choice) if tool_choice is not None else None,
         chat_template_kwargs=dict(body.chat_template_kwargs or {}),
+        response_format=response_format(body.response_format),
+        parallel_tool_calls=body.parallel_tool_calls is not False,
     )
 
 
@@ -169,4 +195,5 @@ def completion_generation_request(
         sampling=sampling_params(
             body, logprobs=body.logprobs is not None, top_logprobs=body.logprobs or 0
         ),
+        response_format=response_format(body.response_format),
     )

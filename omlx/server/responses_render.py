@@ -110,6 +110,7 @@ def response_object(
         reasoning=body.reasoning or rs.ReasoningConfig(),
         store=body.store,
         temperature=body.temperature,
+        text=body.text or {"format": {"type": "text"}},
         tool_choice=body.tool_choice or "auto",
         tools=list(body.tools or []),
         top_p=body.top_p,

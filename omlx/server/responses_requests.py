@@ -5,9 +5,16 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from omlx.engine.api import ChatMessage, GenerationRequest, RequestId, SamplingParams
+from omlx.engine.api import (
+    ChatMessage,
+    GenerationRequest,
+    RequestId,
+    ResponseFormat,
+    SamplingParams,
+)
 from omlx.errors import InvalidRequest, NotFound
 from omlx.schemas import responses as rs
+from omlx.server.openai_requests import structured_format
 
 _TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 
@@ -179,6 +186,25 @@ def _tool_choice(choice: str | dict[str, Any] | None) -> Any:
     raise InvalidRequest(f"unsupported tool_choice {choice!r}", param="tool_choice")
 
 
+def text_format(text: dict[str, Any] | None) -> ResponseFormat | None:
+    """`text.format`: {"type": "json_schema", "name", "schema", "strict"} or json_object."""
+    fmt = (text or {}).get("format")
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return ResponseFormat("json_object")
+    if kind == "json_schema":
+        if not isinstance(fmt.get("schema"), dict):
+            raise InvalidRequest(
+                "text.format json_schema needs a schema object", param="text.format.schema"
+            )
+        return structured_format("json_schema", fmt["schema"], fmt.get("name"))
+    raise InvalidRequest(f"unsupported text.format type {kind!r}", param="text.format.type")
+
+
 def generation_request(
     body: rs.ResponsesRequest,
     model: str,
@@ -209,5 +235,7 @@ def generation_request(
         tools=_tools(body.tools),
         tool_choice=_tool_choice(body.tool_choice),
         chat_template_kwargs=kwargs,
+        response_format=text_format(body.text),
+        parallel_tool_calls=body.parallel_tool_calls,
     )
     return gen, conversation

@@ -41,7 +41,10 @@ def _assert_openai_error(r: httpx.Response, status: int) -> dict:
         ({**OK, "messages": []}, "messages"),
         ({**OK, "stop": ""}, "stop"),
         ({**OK, "logit_bias": {"abc": 1}}, "logit_bias"),
-        ({**OK, "response_format": {"type": "json_object"}}, "response_format"),
+        (
+            {**OK, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+            "response_format",
+        ),
         ({**OK, "stream": "yes"}, "stream"),
     ],
 )
