@@ -509,9 +509,9 @@ def export_tokenizers(dest: Path) -> None:
     """SmolLM2's and Gemma-3's tokenizers from the offline GGUF packages (project venv)."""
     import tempfile
 
-    from omlx.engine.default_model import find_default_gguf, find_gemma_gguf_parts
-    from omlx.engine.gguf.reader import join_parts, read_gguf
-    from omlx.engine.gguf.tokenizer import write_tokenizer
+    from omlx.models.default_model import find_default_gguf, find_gemma_gguf_parts
+    from omlx.models.gguf.reader import join_parts, read_gguf
+    from omlx.models.gguf.tokenizer import write_tokenizer
 
     sources = {"smollm2": find_default_gguf()}
     parts = find_gemma_gguf_parts()
