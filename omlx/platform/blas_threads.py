@@ -97,6 +97,7 @@ class ThreadGovernor:
     _busy_engines: dict[str, float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
+    _switched: bool = False  # the first switch is logged at INFO, later ones at DEBUG
     background: bool = True  # tests drive step() themselves
 
     def tick(self, engine: str, busy: bool) -> None:
@@ -138,10 +139,14 @@ class ThreadGovernor:
                 return self.current
         self._calm = 0
         if want != self.current:
-            log.info(
+            # Other load comes and goes: the first switch says the governor works, the
+            # rest would flood INFO (six in a minute beside a busy neighbour).
+            log.log(
+                logging.DEBUG if self._switched else logging.INFO,
                 "BLAS threads %d -> %d (other processes use %.2f cores)",
                 self.current, want, others,
             )  # fmt: skip
+            self._switched = True
             self.apply(want)
             self.current = want
         return self.current

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -100,3 +101,14 @@ def test_no_governor_when_the_user_chose_the_thread_count(monkeypatch) -> None:
     assert blas.ENV_AUTO_THREADS not in env and env["OPENBLAS_NUM_THREADS"] == "3"
     env = blas.preload_env({}, blas.BlasPlan("/x/libopenblas.so.0", "test"))
     assert env[blas.ENV_AUTO_THREADS] == "1"
+
+
+def test_first_switch_is_logged_at_info_later_ones_at_debug(caplog) -> None:
+    calm = [0.0] * GROW_AFTER_SAMPLES
+    gov, applied = _governor([0.0, *calm, 0.9, 0.0, *calm])
+    with caplog.at_level(logging.DEBUG, logger="omlx.platform.blas_threads"):
+        for _ in range(2 * GROW_AFTER_SAMPLES + 3):
+            gov.step()
+    switches = [r for r in caplog.records if "BLAS threads" in r.getMessage()]
+    assert applied == [2, 1, 2]
+    assert [r.levelno for r in switches] == [logging.INFO, logging.DEBUG, logging.DEBUG]
