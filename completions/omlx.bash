@@ -49,22 +49,22 @@ _omlx() {
     esac
     local opts="" subs=""
     case "$cmd" in
-        "omlx") opts="--help"; subs="serve pull models pin unpin bench dflash-bench top completions cache config" ;;
-        "omlx serve") opts="--host --port --api-key --model-dir --model --max-running --max-queued --keepalive --keepalive-interval --draft --dflash --log-level --config --help"; subs="" ;;
-        "omlx pull") opts="--name --dtype --revision --dry-run --help"; subs="" ;;
-        "omlx models") opts="--json --help"; subs="" ;;
-        "omlx pin") opts="--help"; subs="" ;;
-        "omlx unpin") opts="--help"; subs="" ;;
-        "omlx bench") opts="--url --model --concurrency --prompt-words --max-tokens --requests --api-key --dflash --draft --json --help"; subs="" ;;
-        "omlx dflash-bench") opts="--model --draft --prompts --max-tokens --temperature --block-size --draft-by-argmax --json --help"; subs="" ;;
-        "omlx top") opts="--url --api-key --batch -b -n --iterations --delay -d --help"; subs="" ;;
-        "omlx completions") opts="--help"; subs="bash zsh fish" ;;
-        "omlx cache") opts="--help"; subs="inspect clear" ;;
-        "omlx cache inspect") opts="--model -m --json --help"; subs="" ;;
-        "omlx cache clear") opts="--model -m --tier --help"; subs="" ;;
-        "omlx config") opts="--help"; subs="show set" ;;
-        "omlx config show") opts="--json --help"; subs="" ;;
-        "omlx config set") opts="--help"; subs="" ;;
+        "omlx") opts="--version -V --help -h"; subs="serve pull models pin unpin bench dflash-bench top completions cache config" ;;
+        "omlx serve") opts="--host --port --api-key --model-dir --model --max-running --max-queued --keepalive --keepalive-interval --draft --dflash --log-level --config --help -h"; subs="" ;;
+        "omlx pull") opts="--name --dtype --revision --dry-run --help -h"; subs="" ;;
+        "omlx models") opts="--json --help -h"; subs="" ;;
+        "omlx pin") opts="--help -h"; subs="" ;;
+        "omlx unpin") opts="--help -h"; subs="" ;;
+        "omlx bench") opts="--url --model --concurrency --prompt-words --max-tokens --requests --api-key --dflash --draft --json --help -h"; subs="" ;;
+        "omlx dflash-bench") opts="--model --draft --prompts --max-tokens --temperature --block-size --draft-by-argmax --json --help -h"; subs="" ;;
+        "omlx top") opts="--url --api-key --batch -b -n --iterations --delay -d --help -h"; subs="" ;;
+        "omlx completions") opts="--help -h"; subs="bash zsh fish" ;;
+        "omlx cache") opts="--help -h"; subs="inspect clear" ;;
+        "omlx cache inspect") opts="--model -m --json --help -h"; subs="" ;;
+        "omlx cache clear") opts="--model -m --tier --help -h"; subs="" ;;
+        "omlx config") opts="--help -h"; subs="show set" ;;
+        "omlx config show") opts="--json --help -h"; subs="" ;;
+        "omlx config set") opts="--help -h"; subs="" ;;
     esac
     if [[ "$cur" == -* ]]; then
         COMPREPLY=($(compgen -W "$opts" -- "$cur"))

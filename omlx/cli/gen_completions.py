@@ -60,7 +60,7 @@ def _walk(command: Any, path: str, parent_ctx: Any) -> Cmd:
         names = [*p.opts, *p.secondary_opts]
         takes_value = not getattr(p, "is_flag", False) and not getattr(p, "count", False)
         node.options.append(Opt(names, _short(p.help or ""), takes_value, _choices(p)))
-    node.options.append(Opt(["--help"], "Show this help and exit", False, None))
+    node.options.append(Opt(["--help", "-h"], "Show this help and exit", False, None))
     if hasattr(command, "list_commands"):
         for name in command.list_commands(ctx):
             sub = command.get_command(ctx, name)

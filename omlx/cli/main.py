@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+import omlx
 from omlx.cli.commands import (
     bench,
     cache,
@@ -23,7 +24,29 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Click hands these to every subcommand's context, so `-h` works everywhere.
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"omlx {omlx.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        "-V",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the version and exit.",
+    ),
+) -> None:
+    """omlx: a fast LLM inference server and toolchain built on MLX."""
 
 app.command("serve")(serve.serve)
 app.command("pull")(pull.pull)
