@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import socket
+
 import uvicorn
 from litestar import Litestar
 
@@ -30,3 +33,26 @@ def uvicorn_config(
         lifespan="on",
         server_header=False,
     )
+
+
+class PortInUse(OSError):
+    """The address is taken (another server, perhaps another `omlx serve`)."""
+
+
+def bind_listen_socket(host: str, port: int) -> socket.socket:
+    """Bind host:port before anything is announced, so a busy port fails first and
+    uvicorn serves on exactly the socket that was checked (no check-then-bind race)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    # As uvicorn does: a restart may rebind while old connections sit in TIME_WAIT; a
+    # live listener on the port still makes bind fail.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise PortInUse(e.errno, f"{host}:{port} is already in use") from e
+        raise
+    sock.set_inheritable(True)
+    return sock

@@ -126,6 +126,23 @@ def test_serve_without_any_model_says_how_to_get_one(monkeypatch: pytest.MonkeyP
     assert "omlx pull" in text
 
 
+def test_serve_on_a_busy_port_says_which_flag_and_prints_no_banner() -> None:
+    from typer.testing import CliRunner
+
+    from omlx.cli.main import app
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(app, ["serve", "--port", str(port)])
+    assert result.exit_code == 1
+    text = " ".join(result.output.split())
+    assert f"127.0.0.1:{port} is already in use" in text
+    assert "--port" in text and "OMLX_SERVER__PORT" in text
+    assert "serving at" not in text and "Traceback" not in text
+
+
 def test_serve_with_an_unknown_default_model_fails_clearly() -> None:
     from typer.testing import CliRunner
 

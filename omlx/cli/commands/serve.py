@@ -116,13 +116,56 @@ def configure_logging(level: str) -> None:
 
 def run_server(settings: Settings) -> None:
     """Build the pool and app, serve until SIGINT/SIGTERM, then close the pool."""
-    import msgspec
     import uvicorn
+
+    from omlx.server.run import uvicorn_config
+
+    # The port first: a busy one fails in a second, not after the default model loads.
+    sock = _listen_socket(settings)
+    try:
+        app, default = _build_app(settings)
+    except BaseException:
+        sock.close()
+        raise
+    host, port = sock.getsockname()[:2]
+    console.print(
+        f"omlx serving at http://{_url_host(host)}:{port} "
+        f"(default model: {default}; Ctrl-C stops)",
+        highlight=False,
+    )
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the
+    # handlers that were there before it: make that a clean exit, not a traceback.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _exit_cleanly)
+    uvicorn.Server(uvicorn_config(app, settings)).run(sockets=[sock])
+
+
+def _listen_socket(settings: Settings) -> Any:
+    from omlx.server.run import PortInUse, bind_listen_socket
+
+    host, port = settings.server.host, settings.server.port
+    try:
+        return bind_listen_socket(host, port)
+    except PortInUse:
+        fail(
+            f"{host}:{port} is already in use (another omlx serve?). Pick a free port with "
+            f"--port N (or {env_var('server.port')}, or `omlx config set server.port N`)."
+        )
+    except OSError as e:
+        fail(f"cannot listen on {host}:{port}: {e.strerror or e}")
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _build_app(settings: Settings) -> tuple[Any, str]:
+    """The app over a LocalModelPool, and the default model's name."""
+    import msgspec
 
     from omlx.models.store import ModelStore
     from omlx.pool.pool import LocalModelPool
     from omlx.server.app import create_app
-    from omlx.server.run import uvicorn_config
 
     store = ModelStore.from_settings(settings.models)
     default, default_path = _default_model(settings, store)
@@ -141,16 +184,7 @@ def run_server(settings: Settings) -> None:
         cache_stats=kv_cache.stats if kv_cache else None,
     )  # fmt: skip
     app = create_app(pool, settings, close_pool_on_shutdown=True, kv_cache=kv_cache)
-    console.print(
-        f"omlx serving at http://{settings.server.host}:{settings.server.port} "
-        f"(default model: {default}; Ctrl-C stops)",
-        highlight=False,
-    )
-    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the
-    # handlers that were there before it: make that a clean exit, not a traceback.
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _exit_cleanly)
-    uvicorn.Server(uvicorn_config(app, settings)).run()
+    return app, default
 
 
 def _dflash_paths(settings: Settings, default: str) -> dict[str, Any]:
