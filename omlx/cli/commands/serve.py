@@ -212,22 +212,29 @@ def _exit_cleanly(signum: int, frame: object) -> None:
 
 
 def _default_model(settings: Settings, store: Any) -> tuple[str, Path]:
-    """The configured default model (a name or a folder), else SmolLM2 (imported from its
-    wheel once), else the first LLM found; with none at all, say how to get one."""
-    from omlx.models.default_model import ensure_default_model
+    """The default model's name and folder (models.default_model.choose_default_model:
+    the configured one, else SmolLM2 imported from its wheel once, else the first LLM);
+    with none at all, say how to get one."""
+    from omlx.models.default_model import choose_default_model, ensure_default_model
 
-    if settings.engine.default_model:
+    configured = settings.engine.default_model
+    if configured:
         try:
-            entry = store.resolve(settings.engine.default_model)
+            entry = store.resolve(configured)
         except OmlxError as e:
             fail(e.message)
         return entry.name, Path(entry.path)
-    try:
-        folder = ensure_default_model(store.primary_dir, dtype=settings.engine.dtype)
-        return folder.name, folder
-    except OmlxError as e:
-        log.info("default model not available: %s", e.message)
-    llms = [e for e in store.list() if str(getattr(e.type, "value", e.type)) == "llm"]
-    if not llms:
+    choice = choose_default_model(store)
+    if choice.needs_import:
+        try:
+            folder = ensure_default_model(store.primary_dir, dtype=settings.engine.dtype)
+            return folder.name, folder
+        except OmlxError as e:
+            log.warning("default model not available: %s", e.message)
+        llms = [e for e in store.list() if str(getattr(e.type, "value", e.type)) == "llm"]
+        if llms:
+            return llms[0].name, Path(llms[0].path)
         fail(NO_MODEL_HINT)
-    return llms[0].name, Path(llms[0].path)
+    if choice.name is None or choice.path is None:
+        fail(NO_MODEL_HINT)
+    return choice.name, choice.path
