@@ -11,6 +11,7 @@ from omlx.cli.commands import (
     completions,
     config,
     dflash_bench,
+    launch,
     models,
     pull,
     serve,
@@ -59,6 +60,7 @@ app.command("dflash-bench")(dflash_bench.dflash_bench)
 app.command("top")(top.top)
 app.add_typer(config.app, name="config")
 app.command("completions")(completions.completions)
+app.add_typer(launch.app, name="launch")
 
 
 def main() -> None:

@@ -53,6 +53,7 @@ PLANTED = {
     "omlx/models/_probe.py": "from omlx.engine import commands\n",
     "omlx/engine/_probe_lm.py": "import mlx_lm.generate\n",
     "omlx/pool/_probe.py": "import mlx.core\n",
+    "omlx/integrations/_probe.py": "from omlx.server import app\n",
 }
 EXPECTED = [
     "omlx.server is not allowed to import mlx",
@@ -65,6 +66,7 @@ EXPECTED = [
     "omlx.models is not allowed to import omlx.engine",
     "omlx.engine is not allowed to import mlx_lm",
     "omlx.pool is not allowed to import mlx",
+    "omlx.integrations is not allowed to import omlx.server",
 ]
 
 
