@@ -70,9 +70,10 @@ class _Parser:
             return self.obj()
         if c == "[":
             return self.arr()
-        if c in "\"'":
+        if c and c in "\"'":
             start = self.pos
-            return Node(start, self.pos, self.string())
+            text = self.string()
+            return Node(start, self.pos, text)
         start = self.pos
         m = _BARE.match(self.text, self.pos)
         if not m:
@@ -109,7 +110,7 @@ class _Parser:
         raise self.fail("unclosed string")
 
     def key(self) -> str:
-        if self.peek() in "\"'":
+        if (c := self.peek()) and c in "\"'":
             return self.string()
         m = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*").match(self.text, self.pos)
         if not m:

@@ -71,7 +71,8 @@ class CodexCli(Tool):
                         ("model_provider",): PROVIDER_ID,
                         ("model",): model.id,
                         ("model_context_window",): model.context_tokens,
-                        ("model_max_output_tokens",): model.max_output_tokens,
+                        # Compact before the window is full (Codex's own default is 90%).
+                        ("model_auto_compact_token_limit",): model.context_tokens * 9 // 10,
                     },
                 ),
             ),
