@@ -211,7 +211,12 @@ class EngineLoop:
             return
         uid = self._uids.pop(request_id)
         if uid is not None:
-            self._gen.remove([uid])
+            # Keep what was computed: agents cancel and retry the same long prompt, and
+            # the retry should prefill only what this request had not reached.
+            got = self._gen.remove([uid], return_prompt_caches=True)
+            cache, tokens = (got or {}).get(uid) or (None, None)
+            if cache is not None and tokens:
+                self._finished.append(Finished(live, FinishReason.CANCELLED, list(tokens), cache))
         close = getattr(live.alt, "close", None)
         if close is not None:  # a generator: let it release what it holds
             close()

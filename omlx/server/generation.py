@@ -54,6 +54,9 @@ def note_event(record_from: GenerationEvent) -> None:
     if isinstance(record_from, Started):
         record.prompt_tokens = record_from.prompt_tokens
         record.cached_tokens = record_from.cached_tokens
+    elif isinstance(record_from, Token):
+        # Counted as they stream: a client that goes away never sees the Done event.
+        record.completion_tokens += len(record_from.token_ids)
     elif isinstance(record_from, Done):
         record.prompt_tokens = record_from.prompt_tokens
         record.completion_tokens = record_from.completion_tokens

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 
 import httpx
@@ -134,6 +135,9 @@ def test_disconnect_mid_stream_cancels_the_request(
         assert cancelled == [pool.requests[0].request_id]
         assert _wait_until(lambda: pool.finished == cancelled)  # the engine iterator closed
         assert _wait_until(lambda: "finish=disconnected" in caplog.text)
+        # The tokens it streamed before the client left are counted, not logged as 0.
+        streamed = re.search(r"completion_tokens=(\d+) .*finish=disconnected", caplog.text)
+        assert streamed is not None and int(streamed[1]) >= 1
 
 
 def test_disconnect_while_first_token_pending_cancels(pool: FakeModelPool) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from omlx.cache.prefix_cache import PrefixCache
+from omlx.engine.api import Done, FinishReason, Token
 from omlx.pool.pool import LocalModelPool
 from omlx.settings import CacheSettings, EngineSettings, Settings
 from tests.mlx.engine.engine_helpers import collect, request
@@ -47,3 +48,26 @@ def test_cached_prefill_matches_cold(arch, tiny_model_dirs, tmp_path):
     assert warm.done.cached_tokens == warm.started.cached_tokens
     assert warm.token_ids == cold.token_ids
     assert longer.started.cached_tokens >= 36
+
+
+def test_a_cancelled_request_leaves_its_prefix_for_the_retry(tiny_model_dirs, tmp_path):
+    """Agents cancel and resend the same long prompt: the retry prefills only the rest."""
+    prompt = list(range(300, 341))  # 41 tokens: 10 full blocks of 4
+
+    async def body(pool):
+        req = request(prompt_token_ids=prompt, max_tokens=500)
+        seen = 0
+        async for event in pool.generate(req):
+            if isinstance(event, Token):
+                seen += 1
+                if seen == 3:
+                    pool.cancel(req.request_id)
+            if isinstance(event, Done):
+                cancelled = event
+        retry = await collect(pool, request(prompt_token_ids=prompt, max_tokens=2))
+        return cancelled, retry
+
+    cancelled, retry = _run(tiny_model_dirs["llama"], tmp_path, body)
+    assert cancelled.finish_reason == FinishReason.CANCELLED
+    assert cancelled.completion_tokens >= 3
+    assert retry.started.cached_tokens >= 40  # every full block of the prompt

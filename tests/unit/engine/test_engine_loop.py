@@ -195,6 +195,19 @@ class FakeBackend:
         self.released = True
 
 
+class RecordingPrefix:
+    """A prefix cache that records what the loop stores (and never has a hit)."""
+
+    def __init__(self) -> None:
+        self.stored: list[tuple[list[int], Any]] = []
+
+    def fetch(self, ids: list[int]) -> tuple[None, int]:
+        return None, 0
+
+    def store(self, tokens: list[int], cache: Any) -> None:
+        self.stored.append((list(tokens), cache))
+
+
 class Harness:
     def __init__(self, max_running: int = 2, script: dict[int, list[int]] | None = None):
         self.aloop = asyncio.new_event_loop()
@@ -207,6 +220,8 @@ class Harness:
             backend=self.backend,
         )
         self.loop.setup()
+        self.prefix = RecordingPrefix()
+        self.loop._prefix = self.prefix  # type: ignore[assignment]
         self.queues: dict[str, asyncio.Queue[Any]] = {}
 
     @property
@@ -317,6 +332,8 @@ def test_cancel_of_a_running_request_frees_its_row_and_admits_the_next() -> None
         assert a[-1].completion_tokens == 2
         assert h.gen.removed == [0]
         assert kinds(h.events("b")) == ["Started"]  # admitted in the same tick
+        # What the cancelled row had computed goes to the prefix cache, as a finish's does.
+        assert h.prefix.stored == [([1, 2, 3], ["kv"])]
     finally:
         h.close()
 
