@@ -185,11 +185,7 @@ def test_the_key_lives_in_the_environment_not_in_files(tmp_path: Path) -> None:
         plan, _ = _launch(tmp_path / tool, tool, server=KEYED)
         for change in plan.changes:
             assert "sk-secret-123" not in change.new
-        assert (
-            "sk-secret-123" in plan.env.values()
-            or tool == "claude"
-            and (plan.env["ANTHROPIC_AUTH_TOKEN"] == "sk-secret-123")
-        )
+        assert "sk-secret-123" in plan.env.values()  # handed to the tool at launch
 
 
 # ---------------------------------------------------------------- per-tool content
