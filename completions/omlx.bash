@@ -6,7 +6,7 @@ _omlx() {
     for ((i = 1; i < COMP_CWORD; i++)); do
         w="${COMP_WORDS[i]}"
         case "$cmd $w" in
-            "omlx serve"|"omlx pull"|"omlx models"|"omlx pin"|"omlx unpin"|"omlx bench"|"omlx dflash-bench"|"omlx top"|"omlx completions"|"omlx cache"|"omlx config"|"omlx cache inspect"|"omlx cache clear"|"omlx config show"|"omlx config set") cmd="$cmd $w" ;;
+            "omlx serve"|"omlx pull"|"omlx models"|"omlx pin"|"omlx unpin"|"omlx bench"|"omlx dflash-bench"|"omlx top"|"omlx completions"|"omlx cache"|"omlx config"|"omlx launch"|"omlx cache inspect"|"omlx cache clear"|"omlx config show"|"omlx config set"|"omlx launch list"|"omlx launch claude"|"omlx launch codex"|"omlx launch opencode"|"omlx launch openclaw"|"omlx launch hermes"|"omlx launch copilot"|"omlx launch pi") cmd="$cmd $w" ;;
         esac
     done
     case "$cmd $prev" in
@@ -46,10 +46,24 @@ _omlx() {
         "omlx cache inspect --model"|"omlx cache inspect -m") COMPREPLY=(); return ;;
         "omlx cache clear --model"|"omlx cache clear -m") COMPREPLY=(); return ;;
         "omlx cache clear --tier") COMPREPLY=(); return ;;
+        "omlx launch claude --model"|"omlx launch claude -m") COMPREPLY=(); return ;;
+        "omlx launch claude --url") COMPREPLY=(); return ;;
+        "omlx launch codex --model"|"omlx launch codex -m") COMPREPLY=(); return ;;
+        "omlx launch codex --url") COMPREPLY=(); return ;;
+        "omlx launch opencode --model"|"omlx launch opencode -m") COMPREPLY=(); return ;;
+        "omlx launch opencode --url") COMPREPLY=(); return ;;
+        "omlx launch openclaw --model"|"omlx launch openclaw -m") COMPREPLY=(); return ;;
+        "omlx launch openclaw --url") COMPREPLY=(); return ;;
+        "omlx launch hermes --model"|"omlx launch hermes -m") COMPREPLY=(); return ;;
+        "omlx launch hermes --url") COMPREPLY=(); return ;;
+        "omlx launch copilot --model"|"omlx launch copilot -m") COMPREPLY=(); return ;;
+        "omlx launch copilot --url") COMPREPLY=(); return ;;
+        "omlx launch pi --model"|"omlx launch pi -m") COMPREPLY=(); return ;;
+        "omlx launch pi --url") COMPREPLY=(); return ;;
     esac
     local opts="" subs=""
     case "$cmd" in
-        "omlx") opts="--version -V --help -h"; subs="serve pull models pin unpin bench dflash-bench top completions cache config" ;;
+        "omlx") opts="--version -V --help -h"; subs="serve pull models pin unpin bench dflash-bench top completions cache config launch" ;;
         "omlx serve") opts="--host --port --api-key --model-dir --model --max-running --max-queued --keepalive --keepalive-interval --draft --dflash --log-level --config --help -h"; subs="" ;;
         "omlx pull") opts="--name --dtype --revision --dry-run --help -h"; subs="" ;;
         "omlx models") opts="--json --help -h"; subs="" ;;
@@ -65,6 +79,15 @@ _omlx() {
         "omlx config") opts="--help -h"; subs="show set" ;;
         "omlx config show") opts="--json --help -h"; subs="" ;;
         "omlx config set") opts="--help -h"; subs="" ;;
+        "omlx launch") opts="--help -h"; subs="list claude codex opencode openclaw hermes copilot pi" ;;
+        "omlx launch list") opts="--json --help -h"; subs="" ;;
+        "omlx launch claude") opts="--model -m --url --dry-run --no-exec --undo --json --help -h"; subs="" ;;
+        "omlx launch codex") opts="--model -m --url --dry-run --no-exec --undo --json --help -h"; subs="" ;;
+        "omlx launch opencode") opts="--model -m --url --dry-run --no-exec --undo --json --help -h"; subs="" ;;
+        "omlx launch openclaw") opts="--model -m --url --dry-run --no-exec --undo --json --help -h"; subs="" ;;
+        "omlx launch hermes") opts="--model -m --url --dry-run --no-exec --undo --json --help -h"; subs="" ;;
+        "omlx launch copilot") opts="--model -m --url --dry-run --no-exec --undo --json --help -h"; subs="" ;;
+        "omlx launch pi") opts="--model -m --url --dry-run --no-exec --undo --json --help -h"; subs="" ;;
     esac
     if [[ "$cur" == -* ]]; then
         COMPREPLY=($(compgen -W "$opts" -- "$cur"))
