@@ -78,6 +78,10 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
     default_max_tokens: Annotated[
         int, _doc("max_tokens when a request sets none"), msgspec.Meta(ge=1)
     ] = 2048
+    step_trace: Annotated[
+        str,
+        _doc("Append per-step engine timings as JSON lines to this file (benchmarks; off: empty)"),
+    ] = ""
     dtype: Annotated[
         Literal["auto", "float32", "float16", "bfloat16"],
         _doc("Import dtype for the default model; auto = float32 on CPU, 4-bit kept on GPU"),

@@ -32,6 +32,7 @@ class Submission:
     thinking_budget_tokens: int | None = None
     # The compiled output grammar (constraints.CompiledGrammar), or None for free text.
     grammar: Any = None
+    received_at: float | None = None  # before templating (step trace: prepare time)
 
 
 @dataclass(frozen=True, slots=True)

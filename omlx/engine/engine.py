@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,7 @@ class TextEngine:
             )
         self._in_flight += 1
         submitted = finished = False
+        received_at = time.monotonic()
         try:
             grammar = await self.compile_grammar(request)
             prompt = await self.prepare(request)
@@ -151,6 +153,7 @@ class TextEngine:
                 sink,
                 thinking_budget_tokens=request.thinking_budget_tokens,
                 grammar=grammar,
+                received_at=received_at,
             )
             self._engine_loop.commands.put(Submit(submission))
             submitted = True

@@ -40,6 +40,7 @@ from omlx.engine.metrics import EngineMetrics
 from omlx.engine.outbox import Outbox
 from omlx.engine.prefix import NoPrefixHooks, PrefixHooks
 from omlx.engine.scheduling import PrefillPacer, UidMap
+from omlx.engine.step_trace import StepTrace
 from omlx.engine.text.detokenize import TextStream
 from omlx.engine.text.thinking import make_think_budget
 from omlx.errors import OmlxError, Overloaded
@@ -84,6 +85,7 @@ class EngineLoop:
     _deadline: float | None = None  # set by Shutdown: cancel what still runs after it
     _memory_at: float = 0.0
     _blas: ThreadGovernor | None = None
+    _trace: StepTrace | None = None  # engine.step_trace: per-step timings (benchmarks)
     steps: int = 0  # engine steps taken (tests count decode steps during a prefill)
     decode_steps_during_prefill: int = 0
 
@@ -112,6 +114,9 @@ class EngineLoop:
 
     def tick(self) -> None:
         """One pass of the loop (tests call it directly, after `setup`)."""
+        if self._trace is not None:
+            self._traced_tick(self._trace)
+            return
         self._drain_commands()
         self._admit()
         self._step()
@@ -119,6 +124,39 @@ class EngineLoop:
         self._store_finished()
         self._refresh_memory()
         self._tune_blas()
+
+    def _traced_tick(self, trace: StepTrace) -> None:
+        """`tick` with its phases timed into the step trace (engine.step_trace)."""
+        clock = time.perf_counter
+        self._drain_commands()  # an idle engine waits here: the timed row starts after it
+        t1, cpu1 = clock(), time.thread_time()
+        self._admit()
+        t2 = clock()
+        trace.batch = None
+        self._step()
+        t3 = clock()
+        self._outbox.flush()
+        t4 = clock()
+        self._store_finished()
+        self._refresh_memory()
+        self._tune_blas()
+        t5 = clock()
+        if trace.batch is None:  # no batch step this tick: a moment to write the rows
+            trace.flush()
+            return
+        trace.step(
+            {
+                **trace.batch,
+                "running": len(self._live),
+                "waiting": len(self._waiting),
+                "tick_s": t5 - t1,
+                "admit_s": t2 - t1,
+                "alt_s": t3 - t2 - trace.batch["step_s"] - trace.batch["publish_s"],
+                "flush_s": t4 - t3,
+                "store_s": t5 - t4,
+                "cpu_s": time.thread_time() - cpu1,
+            }
+        )
 
     def _fail_all(self, error: Exception) -> None:
         while self._waiting:
@@ -140,6 +178,9 @@ class EngineLoop:
         share = 1.0 if share >= 1.0 else share * PLANNED_SHARE_FRACTION  # 1 = prefill first
         self._pacer = PrefillPacer(share, self.settings.prefill_step_tokens)
         self._gen = self.backend.new_generator(self._lm)
+        if self.settings.step_trace:
+            self._trace = StepTrace(self.settings.step_trace, self.name)
+            self._outbox.trace = self._trace
         if self.prefix_factory is not None:
             self._prefix = self.prefix_factory(self._lm.model, self.path)
         self.metrics.memory["model_bytes"] = self._lm.weight_bytes
@@ -155,6 +196,8 @@ class EngineLoop:
         return not self._live
 
     def _teardown(self) -> None:
+        if self._trace is not None:
+            self._trace.flush()
         if self._gen is not None:
             self._gen.close()
         self._gen = self._lm = None
@@ -244,6 +287,8 @@ class EngineLoop:
                 self._outbox.put(sub.sink, failed_event(sub, e))
                 continue
             self._live[sub.request_id] = live
+            if self._trace is not None:
+                self._trace.admitted(sub, time.monotonic())
             n = len(sub.prompt.token_ids)
             self.metrics.started(sub.request_id, n, live.cached_tokens, live.served_by)
             self._outbox.put(sub.sink, Started(sub.request_id, n, live.cached_tokens))
@@ -329,8 +374,9 @@ class EngineLoop:
         t0 = time.perf_counter()
         with self._gen.stats() as st:
             prompt_responses, generation_responses = self._gen.next()
+        step_s = time.perf_counter() - t0
         self._pacer.observe(
-            step_s=time.perf_counter() - t0,
+            step_s=step_s,
             num_decoding=num_decoding,
             prefill_tokens=st.prompt_tokens,
         )
@@ -340,6 +386,17 @@ class EngineLoop:
         self.metrics.prefilled(st.prompt_tokens)
         self._publish_prefill(prompt_responses)
         self._publish_generated(generation_responses)
+        if self._trace is not None:
+            sync_s = getattr(self._gen, "sync_s", 0.0)
+            self._trace.batch = {
+                "decoding": num_decoding,
+                "prompt_tokens": st.prompt_tokens,
+                "step_s": step_s,
+                "prefill_s": getattr(st, "prompt_time", 0.0),
+                "sync_s": sync_s - self._trace.sync_mark,
+                "publish_s": time.perf_counter() - t0 - step_s,
+            }
+            self._trace.sync_mark = sync_s
 
     def _all_prompts_short(self, lives: list[Live]) -> bool:
         limit = self.settings.paced_prompt_tokens
@@ -417,6 +474,8 @@ class EngineLoop:
         if sub.sampling.logprobs and logprobs is not None:
             lps = [self._logprob(logprobs, token, sub.sampling.top_logprobs)]
         first = live.last_token_at is None
+        if first and self._trace is not None:
+            self._trace.first_token(sub, now)
         self.metrics.generated(
             sub.request_id, 1, now - (live.last_token_at or sub.submitted_at), is_first=first
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +32,7 @@ class PrimedGenerationBatch(GenerationBatch):
 
     def __init__(self, *args: Any, primed: bool = False, **kwargs: Any) -> None:
         self._defer_step = primed  # read by _step, which the base constructor calls
+        self.sync_s = 0.0  # seconds the host waited for the device (see _decode_step)
         super().__init__(*args, **kwargs)
         self._defer_step = False
         self._primed = [primed] * len(self.uids)
@@ -43,9 +45,55 @@ class PrimedGenerationBatch(GenerationBatch):
         if self._defer_step:
             return None
         if len(self.uids) != 1:
-            return super()._step()
+            return self._decode_step()
         with _lone_row_unmasked(self.prompt_cache):
-            return super()._step()
+            return self._decode_step()
+
+    def _decode_step(self) -> tuple[list[int], list[mx.array]]:
+        """mlx-lm's GenerationBatch._step, with the wait for the previous step timed.
+
+        The graph of step n+1 is built and queued before the host waits for step n's
+        tokens (MLX's async pipelining), so `sync_s` is the time the host had nothing to do
+        but wait for the device: GPU-bound time, as against the host work around it.
+        """
+        self._current_tokens = self._next_tokens
+        self._current_logprobs = self._next_logprobs
+        inputs = self._current_tokens
+        logits = self.model(inputs[:, None], cache=self.prompt_cache)[:, -1, :]
+        token_context: list[mx.array] = []
+        if any(self.logits_processors):
+            rows = []
+            for e in range(len(self.uids)):
+                row = logits[e : e + 1]
+                processors = self.logits_processors[e] or ()
+                if processors:  # only rows with processors need their context
+                    context = self._token_context[e].update_and_fetch(inputs[e : e + 1])
+                    token_context.append(context)
+                    for processor in processors:
+                        row = processor(context, row)
+                rows.append(row)
+            logits = mx.concatenate(rows, axis=0)
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        samplers = [
+            self.fallback_sampler if s is None else s
+            for s in (self.samplers or [None] * len(self.uids))
+        ]
+        if not samplers or all(s is samplers[0] for s in samplers):  # one batched call
+            sampled = (samplers[0] if samplers else self.fallback_sampler)(logprobs)
+        else:
+            sampled = mx.concatenate(
+                [s(logprobs[e : e + 1]) for e, s in enumerate(samplers)], axis=0
+            )
+        self._next_tokens = sampled
+        self._next_logprobs = list(logprobs)
+        mx.async_eval(self._next_tokens, self._next_logprobs, token_context)
+        t0 = time.perf_counter()
+        mx.eval(inputs, self._current_logprobs)
+        self.sync_s += time.perf_counter() - t0
+        tokens = inputs.tolist()
+        for sti, ti in zip(self.tokens, tokens, strict=False):
+            sti.append(ti)
+        return tokens, self._current_logprobs
 
     def extend(self, batch: GenerationBatch) -> None:
         super().extend(batch)
@@ -158,6 +206,12 @@ class FusedJoinBatchGenerator(BatchGenerator):
             self.model, self.sampler, prefill_step_size=self.prefill_step_size
         )
         self._generation_batch = PrimedGenerationBatch.empty(self.model, self.sampler)
+
+    @property
+    def sync_s(self) -> float:
+        """Seconds decode steps waited for the device so far (the running batch is one
+        object for the generator's life: joins extend it, removals filter it)."""
+        return self._generation_batch.sync_s
 
 
 __all__ = ["FusedJoinBatchGenerator"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,13 +210,15 @@ class RecordingPrefix:
 
 
 class Harness:
-    def __init__(self, max_running: int = 2, script: dict[int, list[int]] | None = None):
+    def __init__(
+        self, max_running: int = 2, script: dict[int, list[int]] | None = None, **settings: Any
+    ):
         self.aloop = asyncio.new_event_loop()
         self.backend = FakeBackend(script)
         self.loop = EngineLoop(
             name="fake",
             path=Path("/nonexistent"),
-            settings=EngineSettings(max_running=max_running),
+            settings=EngineSettings(max_running=max_running, **settings),
             metrics=EngineMetrics("fake"),
             backend=self.backend,
         )
@@ -380,3 +383,31 @@ def test_started_reports_prompt_tokens_and_memory_comes_from_the_backend(h: Harn
     assert isinstance(started, Started) and started.prompt_tokens == 7
     assert h.loop.metrics.memory["mlx_peak_bytes"] == 2
     assert h.loop.metrics.memory["model_bytes"] == 123
+
+
+def test_step_trace_is_off_by_default(h: Harness) -> None:
+    assert h.loop._trace is None and h.loop._outbox.trace is None
+
+
+def test_step_trace_writes_a_row_per_batch_step(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    h = Harness(step_trace=str(path))
+    try:
+        h.submit("a", prompt_len=3, max_tokens=3)
+        h.submit("b", prompt_len=4, max_tokens=3)
+        for _ in range(4):  # prefill, then three tokens each
+            h.tick()  # a tick, then the event loop runs its hand-off
+        h.loop._trace.flush()
+    finally:
+        h.close()
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    meta, rows = lines[0], lines[1:]
+    assert meta["kind"] == "meta" and meta["model"] == "fake" and meta["engine_tid"] > 0
+    assert [r["decoding"] for r in rows] == [0, 2, 2, 2]  # one row per batch step
+    assert rows[0]["prompt_tokens"] == 7 and len(rows[0]["admit_waits_s"]) == 2
+    assert sum(len(r.get("first_token_s", [])) for r in rows) == 2
+    # Each step's hand-off ran on the event loop before the next step: its lag is in
+    # the next row.
+    assert all(len(r["lags_s"]) == 1 for r in rows[1:])
+    for r in rows:
+        assert r["step_s"] >= 0 and r["publish_s"] >= 0 and r["tick_s"] >= r["step_s"]
