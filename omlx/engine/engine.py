@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -38,6 +39,12 @@ from omlx.engine.text.templating import ModelSpec, PreparedPrompt, prepare_promp
 from omlx.engine.text.validation import validate_request
 from omlx.errors import OmlxError, Overloaded
 from omlx.settings import EngineSettings
+
+# CPython gives the GIL to a waiting thread only after the switch interval (default 5 ms).
+# The engine thread lets the GIL go in every MLX eval and needs it back as soon as the
+# device is done; while the event loop is busy with a step's tokens, each of those
+# hand-backs could wait the whole interval, several times per decode step.
+SWITCH_INTERVAL_S = 0.0005
 
 
 class TextEngine:
@@ -74,6 +81,8 @@ class TextEngine:
 
     async def start(self) -> None:
         """Start the thread and wait until the weights are loaded (raises load errors)."""
+        if sys.getswitchinterval() > SWITCH_INTERVAL_S:
+            sys.setswitchinterval(SWITCH_INTERVAL_S)
         self._thread.start()
         lm = await asyncio.wrap_future(self._engine_loop.loaded)
         self.spec, self._tokenizer = lm.spec, lm.tokenizer
@@ -179,9 +188,14 @@ class TextEngine:
         )
         pending_ids: list[int] = []
         num_calls = 0
+        held: GenerationEvent | None = None
         while True:
-            event = await sink.queue.get()
+            if held is None:
+                event = await sink.queue.get()
+            else:
+                event, held = held, None
             if isinstance(event, Token):
+                event, held = _coalesce(event, sink.queue)
                 d = parser.feed(event.text)
                 pending_ids.extend(event.token_ids)
                 if d.content or d.reasoning or d.tool_calls or event.logprobs:
@@ -225,6 +239,31 @@ class TextEngine:
             self._engine_loop.commands.put(Shutdown(grace_s))
             await asyncio.to_thread(self._thread.join, grace_s + 30.0)
         self._tokenize.shutdown(wait=False)
+
+
+def _coalesce(
+    token: Token, queue: asyncio.Queue[GenerationEvent]
+) -> tuple[Token, GenerationEvent | None]:
+    """`token` merged with the Tokens already queued behind it, and the first other event.
+
+    When the event loop falls behind the engine (many streams), a stream's tokens of
+    several steps wait in its queue; parsing and rendering them as one event costs the
+    event loop (and the GIL the engine thread needs) once instead of once per token.
+    """
+    if queue.empty():
+        return token, None
+    texts, ids, logprobs = [token.text], list(token.token_ids), list(token.logprobs or [])
+    held: GenerationEvent | None = None
+    while not queue.empty():
+        event = queue.get_nowait()
+        if not isinstance(event, Token):
+            held = event
+            break
+        texts.append(event.text)
+        ids.extend(event.token_ids)
+        logprobs.extend(event.logprobs or [])
+    merged = Token(token.request_id, "".join(texts), ids, logprobs=logprobs or None)
+    return merged, held
 
 
 def _with_tool_calls(done: Done, num_calls: int) -> Done:

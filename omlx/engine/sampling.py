@@ -75,9 +75,7 @@ def make_logits_processors(params: SamplingParams, num_prompt_tokens: int) -> li
     (generated tokens only, as OpenAI defines them) penalties."""
     procs: list[LogitsProcessor] = []
     if params.logit_bias:
-        ids = mx.array([int(k) for k in params.logit_bias])
-        vals = mx.array(list(params.logit_bias.values()), dtype=mx.float32)
-        procs.append(lambda _tokens, logits: logits.at[:, ids].add(vals.astype(logits.dtype)))
+        procs.append(LogitBias(params.logit_bias))
     if params.repetition_penalty != 1.0:
         procs.append(_repetition_penalty(params.repetition_penalty))
     if params.presence_penalty or params.frequency_penalty:
@@ -85,6 +83,27 @@ def make_logits_processors(params: SamplingParams, num_prompt_tokens: int) -> li
             _openai_penalties(params.presence_penalty, params.frequency_penalty, num_prompt_tokens)
         )
     return procs
+
+
+class LogitBias:
+    """OpenAI's logit_bias as a logits processor that needs no token context.
+
+    `batched_bias` (ids, values) lets the batch apply every row's bias in one scatter
+    instead of a slice, an add and a concatenation per row and step
+    (omlx.mlx_lm_compat.batch_join reads it).
+    """
+
+    __slots__ = ("_ids", "_vals", "batched_bias")
+
+    def __init__(self, bias: dict[int, float]) -> None:
+        ids = [int(k) for k in bias]
+        vals = [float(v) for v in bias.values()]
+        self.batched_bias = (ids, vals)
+        self._ids = mx.array(ids)
+        self._vals = mx.array(vals, dtype=mx.float32)
+
+    def __call__(self, _tokens: mx.array, logits: mx.array) -> mx.array:
+        return logits.at[:, self._ids].add(self._vals.astype(logits.dtype))
 
 
 def _repetition_penalty(penalty: float) -> LogitsProcessor:

@@ -33,6 +33,9 @@ class PrimedGenerationBatch(GenerationBatch):
     def __init__(self, *args: Any, primed: bool = False, **kwargs: Any) -> None:
         self._defer_step = primed  # read by _step, which the base constructor calls
         self.sync_s = 0.0  # seconds the host waited for the device (see _decode_step)
+        # The rows' batched logit bias: None = not built yet, False = some row's
+        # processors need the per-row path.
+        self._bias: tuple[mx.array, mx.array, mx.array] | bool | None = None
         super().__init__(*args, **kwargs)
         self._defer_step = False
         self._primed = [primed] * len(self.uids)
@@ -61,7 +64,11 @@ class PrimedGenerationBatch(GenerationBatch):
         inputs = self._current_tokens
         logits = self.model(inputs[:, None], cache=self.prompt_cache)[:, -1, :]
         token_context: list[mx.array] = []
-        if any(self.logits_processors):
+        bias = self._batched_bias() if any(self.logits_processors) else None
+        if bias is not None:
+            rows_ids, col_ids, values = bias
+            logits = logits.at[rows_ids, col_ids].add(values.astype(logits.dtype))
+        elif any(self.logits_processors):
             rows = []
             for e in range(len(self.uids)):
                 row = logits[e : e + 1]
@@ -95,13 +102,37 @@ class PrimedGenerationBatch(GenerationBatch):
             sti.append(ti)
         return tokens, self._current_logprobs
 
+    def _batched_bias(self) -> tuple[mx.array, mx.array, mx.array] | None:
+        """Every row's logits processors as one scatter-add, when all of them are
+        context-free biases (a `batched_bias` attribute: token ids and values); else None.
+
+        Rows then need no token context either. Rebuilt only when rows join or leave.
+        """
+        if self._bias is None:
+            rows: list[int] = []
+            cols: list[int] = []
+            vals: list[float] = []
+            for row, processors in enumerate(self.logits_processors):
+                for p in processors or ():
+                    bias = getattr(p, "batched_bias", None)
+                    if bias is None:
+                        self._bias = False
+                        return None
+                    rows += [row] * len(bias[0])
+                    cols += bias[0]
+                    vals += bias[1]
+            self._bias = (mx.array(rows), mx.array(cols), mx.array(vals, dtype=mx.float32))
+        return self._bias or None
+
     def extend(self, batch: GenerationBatch) -> None:
         super().extend(batch)
         self._primed.extend(getattr(batch, "_primed", [False] * len(batch.uids)))
+        self._bias = None
 
     def filter(self, keep: list[int]) -> None:
         super().filter(keep)
         self._primed = [self._primed[i] for i in keep]
+        self._bias = None
 
     def next(self) -> list[GenerationBatch.Response]:
         if not any(self._primed):

@@ -140,3 +140,66 @@ def test_a_lone_row_decodes_unmasked_with_mlx_lm_s_tokens(model, monkeypatch):
     got, got_reasons, _ = run(FusedJoinBatchGenerator, model, arrivals)
     assert got == ref and got_reasons == ref_reasons
     assert any(unmasked)  # the lone-row path ran
+
+
+class CountingBias:
+    """omlx's LogitBias, counting its per-row calls (the batched path makes none)."""
+
+    calls = 0
+
+    def __init__(self, bias):
+        from omlx.engine.sampling import LogitBias
+
+        self.inner = LogitBias(bias)
+        self.batched_bias = self.inner.batched_bias
+
+    def __call__(self, tokens, logits):
+        CountingBias.calls += 1
+        return self.inner(tokens, logits)
+
+
+def run_biased(generator_class, model, rows):
+    """rows: (prompt, max_tokens, processors); all inserted at once, greedy."""
+    gen = generator_class(model, completion_batch_size=8, prefill_batch_size=8)
+    uids = gen.insert(
+        [r[0] for r in rows],
+        max_tokens=[r[1] for r in rows],
+        logits_processors=[r[2] for r in rows],
+    )
+    out = {uid: [] for uid in uids}
+    for _ in range(100):
+        _, responses = gen.next()
+        for r in responses:
+            out[r.uid].append(r.token)
+        if all(len(out[u]) == rows[i][1] for i, u in enumerate(uids)):
+            break
+    gen.close()
+    return [out[u] for u in uids]
+
+
+def test_logit_bias_rows_decode_in_one_scatter_with_mlx_lm_s_tokens(model):
+    # Row 0's greedy tokens, banned on row 1 (same prompt), forced on row 2; row 3 has none.
+    plain = run_biased(BatchGenerator, model, [([5, 9, 14, 3], 6, [])])[0]
+    rows = [
+        ([5, 9, 14, 3], 6, []),
+        ([5, 9, 14, 3], 6, [CountingBias({t: -100.0 for t in plain})]),
+        ([8, 1, 4], 5, [CountingBias({17: 50.0, 3: -2.5})]),
+        ([6, 6, 2], 7, []),
+    ]
+    ref = run_biased(BatchGenerator, model, rows)
+    CountingBias.calls = 0
+    got = run_biased(FusedJoinBatchGenerator, model, rows)
+    assert got == ref
+    assert CountingBias.calls == 0  # every step applied the biases batched
+    assert got[0] == plain and not set(got[1]) & set(plain) and got[2] == [17] * 5
+
+
+def test_a_row_with_a_context_processor_keeps_the_per_row_path(model):
+    rows = [
+        ([5, 9, 14, 3], 6, [CountingBias({17: 50.0})]),
+        ([8, 1, 4], 6, make_logits_processors(repetition_penalty=1.3)),
+    ]
+    ref = run_biased(BatchGenerator, model, rows)
+    CountingBias.calls = 0
+    got = run_biased(FusedJoinBatchGenerator, model, rows)
+    assert got == ref and CountingBias.calls > 0

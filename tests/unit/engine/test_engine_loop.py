@@ -411,3 +411,26 @@ def test_step_trace_writes_a_row_per_batch_step(tmp_path: Path) -> None:
     assert all(len(r["lags_s"]) == 1 for r in rows[1:])
     for r in rows:
         assert r["step_s"] >= 0 and r["publish_s"] >= 0 and r["tick_s"] >= r["step_s"]
+
+
+def test_tokens_queued_behind_a_token_are_read_as_one() -> None:
+    from omlx.engine.engine import _coalesce
+
+    async def go() -> tuple[Any, Any, int]:
+        q: asyncio.Queue[Any] = asyncio.Queue()
+        rid = RequestId("r")
+        first = Token(rid, "a", [1])
+        for event in (
+            Token(rid, "b", [2], logprobs=[TokenLogprob("b", -1.0)]),
+            Token(rid, "", [3]),
+        ):
+            q.put_nowait(event)
+        q.put_nowait(Done(rid, FinishReason.STOP, 3, 3))
+        q.put_nowait(Token(rid, "late", [9]))
+        merged, held = _coalesce(first, q)
+        return merged, held, q.qsize()
+
+    merged, held, left = asyncio.run(go())
+    assert merged.text == "ab" and merged.token_ids == [1, 2, 3]
+    assert merged.logprobs == [TokenLogprob("b", -1.0)]
+    assert isinstance(held, Done) and left == 1  # stops at the first other event
