@@ -11,6 +11,7 @@ from omlx.cli.commands import (
     completions,
     config,
     dflash_bench,
+    draft,
     launch,
     models,
     pull,
@@ -57,6 +58,7 @@ app.command("unpin")(models.unpin)
 app.command("bench")(bench.bench)
 app.add_typer(cache.app, name="cache")
 app.command("dflash-bench")(dflash_bench.dflash_bench)
+app.add_typer(draft.app, name="draft")
 app.command("top")(top.top)
 app.add_typer(config.app, name="config")
 app.command("completions")(completions.completions)

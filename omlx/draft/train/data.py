@@ -1,0 +1,173 @@
+"""Self-distillation data: the target writes the replies its draft learns to predict.
+
+Every prompt is chat-formatted and answered by the target itself through mlx-lm's
+BatchGenerator: once greedily (what greedy DFlash must match token for token) and,
+optionally, a few more times sampled at a temperature (more varied contexts). The
+result, prompt ids plus reply ids (EOS included, so the draft learns where replies
+end), is cached as JSON lines under a name that fingerprints the target, the prompts
+and the generation settings; a second run with the same inputs reuses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.generate import BatchGenerator
+from mlx_lm.sample_utils import make_sampler
+
+from omlx.draft.train.prompts import PromptRecord, encode
+
+Progress = Callable[[int, int], None]  # (done, total)
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationSettings:
+    max_new_tokens: int = 256
+    num_sampled: int = 0  # extra replies per prompt, sampled at `temperature`
+    temperature: float = 0.7
+    batch_size: int = 64  # concurrent streams in the batch generator
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One training sequence: a prompt and the target's own reply to it."""
+
+    prompt_id: str
+    category: str
+    split: str
+    greedy: bool
+    prompt_ids: tuple[int, ...]
+    reply_ids: tuple[int, ...]
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt_ids) + len(self.reply_ids)
+
+
+def target_fingerprint(model_path: str | Path) -> str:
+    """What identifies a target's weights cheaply: its config and weight file sizes."""
+    folder = Path(model_path)
+    h = hashlib.sha256()
+    config = folder / "config.json"
+    if config.is_file():
+        h.update(config.read_bytes())
+    for f in sorted(folder.glob("*.safetensors")):
+        h.update(f"{f.name}:{f.stat().st_size}".encode())
+    return h.hexdigest()[:16]
+
+
+def cache_key(
+    target_id: str, prompts: Sequence[Sequence[int]], settings: GenerationSettings
+) -> str:
+    h = hashlib.sha256(target_id.encode())
+    h.update(json.dumps(asdict(settings), sort_keys=True).encode())
+    for ids in prompts:
+        h.update(json.dumps(list(ids)).encode())
+    return h.hexdigest()[:16]
+
+
+def read_samples(path: Path) -> list[Sample]:
+    samples = []
+    for line in path.read_text().splitlines():
+        raw = json.loads(line)
+        raw["prompt_ids"] = tuple(raw["prompt_ids"])
+        raw["reply_ids"] = tuple(raw["reply_ids"])
+        samples.append(Sample(**raw))
+    return samples
+
+
+def write_samples(path: Path, samples: Sequence[Sample]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w") as f:
+        for s in samples:
+            f.write(json.dumps(asdict(s)) + "\n")
+    tmp.replace(path)
+
+
+def generate_replies(
+    model: nn.Module,
+    prompts: Sequence[Sequence[int]],
+    eos_token_ids: Sequence[int],
+    settings: GenerationSettings,
+    *,
+    temperature: float = 0.0,
+    progress: Progress | None = None,
+) -> list[list[int]]:
+    """One reply per prompt from the target, batched; EOS kept when it comes."""
+    sampler = make_sampler(temp=temperature)
+    gen = BatchGenerator(
+        model,
+        max_tokens=settings.max_new_tokens,
+        stop_tokens=[[t] for t in eos_token_ids],
+        sampler=sampler,
+        completion_batch_size=settings.batch_size,
+        prefill_batch_size=min(settings.batch_size, 16),
+    )
+    try:
+        uids = gen.insert([list(p) for p in prompts])
+        replies: dict[int, list[int]] = {uid: [] for uid in uids}
+        done = 0
+        while responses := gen.next_generated():
+            for r in responses:
+                replies[r.uid].append(int(r.token))
+                if r.finish_reason is not None:
+                    done += 1
+                    if progress:
+                        progress(done, len(uids))
+    finally:
+        gen.close()
+    return [replies[uid] for uid in uids]
+
+
+def build_dataset(
+    model: nn.Module,
+    tokenizer: Any,
+    records: Sequence[PromptRecord],
+    settings: GenerationSettings,
+    *,
+    cache_dir: Path,
+    target_id: str,
+    progress: Progress | None = None,
+    log: Callable[[str], None] | None = None,
+) -> tuple[list[Sample], Path, bool]:
+    """The samples for `records`, from the cache when present; (samples, file, cached)."""
+    prompts = [encode(tokenizer, r) for r in records]
+    path = Path(cache_dir) / f"distill-{cache_key(target_id, prompts, settings)}.jsonl"
+    if path.is_file():
+        return read_samples(path), path, True
+    eos = list(getattr(tokenizer, "eos_token_ids", None) or [tokenizer.eos_token_id])
+    passes = [(True, 0.0)] + [(False, settings.temperature)] * settings.num_sampled
+    total = len(prompts) * len(passes)
+    samples: list[Sample] = []
+    start = time.perf_counter()
+    for i, (greedy, temperature) in enumerate(passes):
+        mx.random.seed(settings.seed + i)
+        offset = i * len(prompts)
+
+        def report(done: int, _total: int, offset: int = offset) -> None:
+            if progress:
+                progress(offset + done, total)
+
+        replies = generate_replies(
+            model, prompts, eos, settings, temperature=temperature, progress=report
+        )
+        for record, ids, reply in zip(records, prompts, replies, strict=True):
+            samples.append(
+                Sample(record.id, record.category, record.split, greedy, tuple(ids), tuple(reply))
+            )
+    if log:
+        num_tokens = sum(len(s.reply_ids) for s in samples)
+        elapsed = time.perf_counter() - start
+        log(f"generated {num_tokens} reply tokens in {elapsed:.1f} s")
+    write_samples(path, samples)
+    return samples, path, False

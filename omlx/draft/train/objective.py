@@ -1,0 +1,176 @@
+"""The DFlash block objective: many draft blocks per sequence, predicted in one pass.
+
+For a sequence x (prompt + the target's reply) with captured target states H, an anchor
+s picks a block exactly as decoding would see it: block = [x_s, MASK × (B - 1)] at
+positions s..s+B-1, context = H[0..s-1], and the draft must put x_{s+k} at block
+position k. All anchors of all sequences of a batch run in one forward pass: each
+block's queries attend to its own context prefix (a mask on the shared context keys)
+and to its own block, without a causal mask, as in `DraftAttention` at decode time.
+The loss is cross-entropy at every block position k >= 1, weighted by
+w_k = exp(-(k - 1) / gamma): an early miss ends the accepted run, so early positions
+count most (the DFlash paper's weighting).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+
+from omlx.draft.capture import TargetAdapter
+from omlx.draft.model import DFlashDraftModel, DraftAttention
+from omlx.draft.train.data import Sample
+
+PAD_MULTIPLE = 32
+
+
+def default_gamma(block_size: int) -> float:
+    """The paper's decay per block size (7 for 16, 5 for 10, 4 for 8)."""
+    return {16: 7.0, 10: 5.0, 8: 4.0}.get(block_size, max(1.0, block_size / 2))
+
+
+def position_weights(block_size: int, gamma: float) -> mx.array:
+    """w_k for block positions k = 1..block_size-1."""
+    return mx.array([math.exp(-(k - 1) / gamma) for k in range(1, block_size)])
+
+
+@dataclass(slots=True)
+class BlockBatch:
+    tokens: mx.array  # [N, L] int32, right-padded
+    anchors: mx.array  # [N, K] int32: block start positions
+    block_ids: mx.array  # [N, K, B] int32: [x_s, MASK, ...]
+    labels: mx.array  # [N, K, B-1] int32: x_{s+1..s+B-1}
+    valid: mx.array  # [N, K, B-1] float32: 1 where the label lies inside the sequence
+
+    @property
+    def num_blocks(self) -> int:
+        return int(self.anchors.size)
+
+
+def make_batch(
+    samples: Sequence[Sample],
+    *,
+    block_size: int,
+    anchors_per_seq: int,
+    mask_token_id: int,
+    rng: np.random.Generator,
+    max_len: int | None = None,
+) -> BlockBatch:
+    """Anchors drawn uniformly from each reply (without replacement when it is long
+    enough); positions past a sequence's end are labelled invalid."""
+    seqs = [list(s.prompt_ids) + list(s.reply_ids) for s in samples]
+    if max_len is not None:
+        seqs = [seq[:max_len] for seq in seqs]
+    longest = max(len(seq) for seq in seqs)
+    width = -(-longest // PAD_MULTIPLE) * PAD_MULTIPLE
+    n, k, b = len(seqs), anchors_per_seq, block_size
+    tokens = np.zeros((n, width), np.int32)
+    anchors = np.zeros((n, k), np.int32)
+    for i, (seq, sample) in enumerate(zip(seqs, samples, strict=True)):
+        tokens[i, : len(seq)] = seq
+        first = max(1, len(sample.prompt_ids))  # the first reply token opens block one
+        last = len(seq) - 2  # at least one label after the anchor
+        if last < first:
+            first = last = max(1, len(seq) - 2)
+        choices = np.arange(first, last + 1)
+        anchors[i] = rng.choice(choices, size=k, replace=len(choices) < k)
+    offsets = anchors[:, :, None] + np.arange(1, b)[None, None, :]
+    lengths = np.array([len(seq) for seq in seqs])[:, None, None]
+    valid = offsets < lengths
+    labels = np.take_along_axis(
+        tokens[:, None, :].repeat(k, axis=1), np.minimum(offsets, width - 1), axis=2
+    )
+    block_ids = np.full((n, k, b), mask_token_id, np.int32)
+    block_ids[:, :, 0] = np.take_along_axis(tokens, anchors, axis=1)
+    return BlockBatch(
+        tokens=mx.array(tokens),
+        anchors=mx.array(anchors),
+        block_ids=mx.array(block_ids),
+        labels=mx.array(np.where(valid, labels, 0).astype(np.int32)),
+        valid=mx.array(valid.astype(np.float32)),
+    )
+
+
+def target_context(target: TargetAdapter, tokens: mx.array) -> mx.array:
+    """The captured target states of every position, with no gradient: [N, L, C]."""
+    _, hidden, _ = target.forward(tokens, None, with_logits=False)  # type: ignore[arg-type]
+    return mx.stop_gradient(hidden)
+
+
+def _attend(attn: DraftAttention, x: mx.array, ctx: mx.array, anchors: mx.array) -> mx.array:
+    """DraftAttention over many blocks at once; x [N*K, B, D], ctx [N, L, D]."""
+    n, k = anchors.shape
+    nk, b, _ = x.shape
+    length = ctx.shape[1]
+    h, hkv = attn.num_heads, attn.num_kv_heads
+    flat = anchors.reshape(-1)
+    q = attn.q_norm(attn.q_proj(x).reshape(nk, b, h, -1)).transpose(0, 2, 1, 3)
+    q = attn.rope(q, offset=flat)
+    d = q.shape[-1]
+    block_k, block_v = attn._keys_values(x, flat)  # [NK, hkv, B, d]
+    ctx_k, ctx_v = attn._keys_values(ctx, 0)  # [N, hkv, L, d]
+    q = (q * attn.scale).reshape(n, k, hkv, h // hkv, b, d)
+    ctx_k = ctx_k[:, None, :, None]
+    ctx_v = ctx_v[:, None, :, None]
+    block_k = block_k.reshape(n, k, hkv, 1, b, d)
+    block_v = block_v.reshape(n, k, hkv, 1, b, d)
+    ctx_scores = (q @ ctx_k.swapaxes(-1, -2)).astype(mx.float32)  # [N, K, hkv, g, B, L]
+    block_scores = (q @ block_k.swapaxes(-1, -2)).astype(mx.float32)
+    seen = mx.arange(length)[None, None, :] < anchors[:, :, None]  # context before s
+    ctx_scores = mx.where(seen[:, :, None, None, None, :], ctx_scores, -1e30)
+    probs = mx.softmax(mx.concatenate([ctx_scores, block_scores], axis=-1), axis=-1)
+    probs = probs.astype(x.dtype)
+    out = probs[..., :length] @ ctx_v + probs[..., length:] @ block_v
+    out = out.reshape(nk, h, b, d).transpose(0, 2, 1, 3).reshape(nk, b, -1)
+    return attn.o_proj(out)
+
+
+def block_hidden(
+    draft: DFlashDraftModel, block_embeddings: mx.array, target_hidden: mx.array, anchors: mx.array
+) -> mx.array:
+    """The draft's final hidden states for every block: [N*K, B, D].
+
+    block_embeddings [N, K, B, D]; target_hidden [N, L, C] (captured states).
+    """
+    n, k, b, dim = block_embeddings.shape
+    ctx = draft.hidden_norm(draft.fc(target_hidden))
+    x = block_embeddings.reshape(n * k, b, dim)
+    for layer in draft.layers:
+        x = x + _attend(layer.self_attn, layer.input_layernorm(x), ctx, anchors)
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    return draft.norm(x)
+
+
+@dataclass(slots=True)
+class BlockMetrics:
+    loss: mx.array  # weighted mean cross-entropy (scalar)
+    accuracy: mx.array  # [B-1]: argmax == label at each block position (valid ones)
+    tau: mx.array  # mean over blocks of 1 + the accepted prefix length
+
+
+def block_loss(
+    draft: DFlashDraftModel,
+    target: TargetAdapter,
+    batch: BlockBatch,
+    target_hidden: mx.array,
+    weights: mx.array,
+) -> BlockMetrics:
+    dtype = draft.fc.weight.dtype
+    emb = target.embed(batch.block_ids).astype(dtype)
+    hidden = block_hidden(draft, emb, target_hidden.astype(dtype), batch.anchors)
+    logits = target.lm_head(hidden[:, 1:]).astype(mx.float32)  # [NK, B-1, V]
+    n, k, _ = batch.labels.shape
+    labels = batch.labels.reshape(n * k, -1)
+    valid = batch.valid.reshape(n * k, -1)
+    picked = mx.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+    ce = mx.logsumexp(logits, axis=-1) - picked
+    w = weights[None, :] * valid
+    loss = (ce * w).sum() / mx.maximum(w.sum(), 1e-6)
+    hit = (mx.argmax(logits, axis=-1) == labels).astype(mx.float32) * valid
+    accuracy = hit.sum(axis=0) / mx.maximum(valid.sum(axis=0), 1.0)
+    accepted = mx.cumprod(hit, axis=-1).sum(axis=-1)
+    tau = 1.0 + accepted.mean()
+    return BlockMetrics(loss, mx.stop_gradient(accuracy), mx.stop_gradient(tau))

@@ -1,0 +1,126 @@
+"""`omlx draft train` end to end: load the target, distil its replies, train, save."""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+
+from omlx.draft.train.data import GenerationSettings, Progress, build_dataset, target_fingerprint
+from omlx.draft.train.prompts import read_prompt_file, select
+from omlx.draft.train.sizing import draft_config
+from omlx.draft.train.trainer import Event, TrainConfig, Trainer, write_recipe
+
+
+@dataclass(frozen=True, slots=True)
+class DraftShape:
+    num_layers: int | None = None
+    intermediate_size: int | None = None
+    num_heads: int | None = None
+    num_kv_heads: int | None = None
+    block_size: int = 16
+    target_layer_ids: tuple[int, ...] | None = None
+    mask_token_id: int | None = None
+
+
+def train_draft(
+    target_path: str | Path,
+    out: str | Path,
+    *,
+    prompts_file: str | Path | None = None,
+    max_prompts: int | None = None,
+    generation: GenerationSettings | None = None,
+    training: TrainConfig | None = None,
+    shape: DraftShape | None = None,
+    data_dir: str | Path | None = None,
+    resume: bool = False,
+    on_event: Event | None = None,
+    on_progress: Progress | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Train a DFlash draft for the model folder `target_path` into `out`."""
+    from mlx_lm import load
+
+    generation = generation or GenerationSettings()
+    training = training or TrainConfig()
+    training.check()
+    shape = shape or DraftShape()
+    out = Path(out)
+    data_dir = Path(data_dir) if data_dir else out / "data"
+    model, tokenizer = load(str(target_path))
+
+    records = read_prompt_file(prompts_file)
+    if max_prompts is not None:
+        heldout = [r for r in records if r.split == "heldout"]
+        keep_heldout = max(1, max_prompts // 12) if heldout else 0
+        records = select(records, split="train", limit=max_prompts - keep_heldout) + select(
+            heldout, limit=keep_heldout
+        )
+    started = time.perf_counter()
+    samples, data_file, cached = build_dataset(
+        model,
+        tokenizer,
+        records,
+        generation,
+        cache_dir=data_dir,
+        target_id=target_fingerprint(target_path),
+        progress=on_progress,
+        log=log,
+    )
+    data_s = time.perf_counter() - started
+    if log:
+        log(f"{'reused' if cached else 'wrote'} {len(samples)} samples: {data_file}")
+    train_samples = [s for s in samples if s.split == "train"]
+    eval_samples = [s for s in samples if s.split == "heldout" and s.greedy]
+    eval_on = "heldout"
+    if not eval_samples:  # a user file with no held-out lines: watch the training fit
+        eval_samples = [s for s in train_samples if s.greedy]
+        eval_on = "train"
+
+    draft_cfg = draft_config(
+        model,
+        num_layers=shape.num_layers,
+        intermediate_size=shape.intermediate_size,
+        num_heads=shape.num_heads,
+        num_kv_heads=shape.num_kv_heads,
+        block_size=shape.block_size,
+        target_layer_ids=shape.target_layer_ids,
+        mask_token_id=shape.mask_token_id,
+    )
+    trainer = Trainer(
+        model, draft_cfg, train_samples, eval_samples, training, out, on_event=on_event
+    )
+    resumed = trainer.resume() if resume else False
+    write_recipe(
+        out,
+        {
+            "target": str(target_path),
+            "target_fingerprint": target_fingerprint(target_path),
+            "prompts": str(prompts_file) if prompts_file else "shipped",
+            "max_prompts": max_prompts,
+            "data_file": str(data_file),
+            "generation": asdict(generation),
+            "training": asdict(training),
+            "draft_config": draft_cfg.to_dict(),
+            "device": str(mx.default_device()),
+            "machine": platform.machine(),
+        },
+    )
+    result = trainer.run()
+    return {
+        **result,
+        "resumed": resumed,
+        "data": {
+            "file": str(data_file),
+            "cached": cached,
+            "seconds": round(data_s, 2),
+            "samples": len(samples),
+            "reply_tokens": sum(len(s.reply_ids) for s in samples),
+            "eval_on": eval_on,
+        },
+    }

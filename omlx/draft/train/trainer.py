@@ -1,0 +1,361 @@
+"""Training a DFlash draft on self-distilled samples: AdamW, warm-up then cosine decay.
+
+The schedule runs on progress, the larger of steps done / `steps` and seconds spent /
+`time_budget_s`, so a run bounded by time still warms up, decays and ends cleanly.
+Every `eval_every` steps the held-out samples (greedy replies only: their tokens are
+the target's own greedy chain, so a block's accepted prefix is exactly what greedy
+DFlash would accept) give a loss and the acceptance length τ. Checkpoints keep the
+float32 weights, the optimizer state and the data order, so `resume` continues the
+same run. The finished folder is config.json + safetensors in the published layout.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+from mlx.utils import tree_flatten, tree_unflatten
+
+from omlx.draft.capture import TargetAdapter
+from omlx.draft.config import DFlashConfig
+from omlx.draft.model import DFlashDraftModel
+from omlx.draft.train.data import Sample
+from omlx.draft.train.objective import (
+    BlockBatch,
+    block_loss,
+    default_gamma,
+    make_batch,
+    position_weights,
+    target_context,
+)
+from omlx.errors import InvalidRequest
+
+DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
+CHECKPOINT_DIR = "checkpoint"
+LOG_FILE = "train_log.jsonl"
+RECIPE_FILE = "training.json"
+
+Event = Callable[[dict[str, Any]], None]
+
+
+@dataclass(slots=True)
+class TrainConfig:
+    steps: int | None = 2000
+    time_budget_s: float | None = None
+    batch_size: int = 16  # sequences per step
+    anchors_per_seq: int = 32  # draft blocks per sequence per step
+    max_seq_len: int = 1024
+    lr: float = 6e-4
+    min_lr_ratio: float = 0.05
+    warmup: float = 0.04  # fraction of the run
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    gamma: float | None = None  # position-weight decay; None: the paper's for the block size
+    dtype: str = "float32"  # training dtype of the draft's weights
+    save_dtype: str = "bfloat16"  # dtype of the finished folder's weights
+    shard_mb: float = 0.0  # split the finished weights into files of at most this size
+    eval_every: int = 100
+    eval_sequences: int = 64
+    log_every: int = 10
+    checkpoint_every: int = 500
+    seed: int = 0
+
+    def check(self) -> None:
+        if not self.steps and not self.time_budget_s:
+            raise InvalidRequest("give a number of steps or a time budget")
+        for name in ("dtype", "save_dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise InvalidRequest(f"{name} must be one of {sorted(DTYPES)}")
+        if self.batch_size < 1 or self.anchors_per_seq < 1:
+            raise InvalidRequest("batch size and anchors per sequence must be at least 1")
+
+
+@dataclass(slots=True)
+class TrainState:
+    step: int = 0
+    elapsed_s: float = 0.0
+    epoch: int = 0
+    position: int = 0  # index into this epoch's order
+    order: list[int] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def learning_rate(cfg: TrainConfig, progress: float) -> float:
+    if progress < cfg.warmup:
+        return cfg.lr * max(progress / cfg.warmup, 0.01)
+    t = min(1.0, (progress - cfg.warmup) / max(1e-9, 1.0 - cfg.warmup))
+    low = cfg.lr * cfg.min_lr_ratio
+    return low + (cfg.lr - low) * 0.5 * (1.0 + math.cos(math.pi * t))
+
+
+def _save_weights(model: nn.Module, folder: Path, dtype: mx.Dtype, shard_mb: float) -> None:
+    params = {k: v.astype(dtype) for k, v in tree_flatten(model.parameters())}
+    mx.eval(params)
+    for old in folder.glob("model*.safetensors"):
+        old.unlink()
+    if shard_mb <= 0:
+        mx.save_safetensors(str(folder / "model.safetensors"), params)
+        return
+    limit = shard_mb * 2**20
+    shards: list[dict[str, mx.array]] = [{}]
+    size = 0
+    for name, value in params.items():
+        if shards[-1] and size + value.nbytes > limit:
+            shards.append({})
+            size = 0
+        shards[-1][name] = value
+        size += value.nbytes
+    for i, shard in enumerate(shards, start=1):
+        mx.save_safetensors(str(folder / f"model-{i:05d}-of-{len(shards):05d}.safetensors"), shard)
+
+
+def save_trained(model: DFlashDraftModel, out: Path, cfg: TrainConfig) -> Path:
+    """The finished draft: what `load_draft`, `omlx serve --draft` and dflash-bench read."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(model.config.to_dict(), indent=2))
+    _save_weights(model, out, DTYPES[cfg.save_dtype], cfg.shard_mb)
+    return out
+
+
+class Trainer:
+    def __init__(
+        self,
+        target: nn.Module,
+        draft_cfg: DFlashConfig,
+        train_samples: Sequence[Sample],
+        eval_samples: Sequence[Sample],
+        cfg: TrainConfig,
+        out: Path,
+        *,
+        on_event: Event | None = None,
+    ) -> None:
+        cfg.check()
+        if not train_samples:
+            raise InvalidRequest("no training samples")
+        self.cfg = cfg
+        self.out = Path(out)
+        self.adapter = TargetAdapter(target, draft_cfg.target_layer_ids)
+        draft_cfg.check_target(
+            hidden_size=self.adapter.hidden_size,
+            vocab_size=self.adapter.vocab_size,
+            num_layers=self.adapter.num_layers,
+        )
+        self.draft_cfg = draft_cfg
+        self.train_samples = list(train_samples)
+        self.eval_samples = list(eval_samples)
+        self.on_event = on_event or (lambda _e: None)
+        mx.random.seed(cfg.seed)
+        self.draft = DFlashDraftModel(draft_cfg)
+        self.draft.set_dtype(DTYPES[cfg.dtype])
+        self.optimizer = optim.AdamW(
+            learning_rate=cfg.lr, betas=[0.9, 0.95], weight_decay=cfg.weight_decay
+        )
+        self.weights = position_weights(
+            draft_cfg.block_size, cfg.gamma or default_gamma(draft_cfg.block_size)
+        )
+        self.state = TrainState()
+        self.rng = np.random.default_rng(cfg.seed)
+        self._eval_batches = self._make_eval_batches()
+        self._loss_and_grad = nn.value_and_grad(self.draft, self._loss)
+
+    # -- data ---------------------------------------------------------------------------
+
+    def _make_eval_batches(self) -> list[BlockBatch]:
+        rng = np.random.default_rng(1234)
+        chosen = self.eval_samples[: self.cfg.eval_sequences]
+        return [
+            self._batch(chosen[i : i + self.cfg.batch_size], rng)
+            for i in range(0, len(chosen), self.cfg.batch_size)
+        ]
+
+    def _batch(self, samples: Sequence[Sample], rng: np.random.Generator) -> BlockBatch:
+        return make_batch(
+            samples,
+            block_size=self.draft_cfg.block_size,
+            anchors_per_seq=self.cfg.anchors_per_seq,
+            mask_token_id=self.draft_cfg.mask_token_id,
+            rng=rng,
+            max_len=self.cfg.max_seq_len,
+        )
+
+    def _next_samples(self) -> list[Sample]:
+        st = self.state
+        if not st.order or st.position >= len(st.order):
+            st.order = [int(i) for i in self.rng.permutation(len(self.train_samples))]
+            st.position = 0
+            st.epoch += 1 if st.step else 0
+        picked = st.order[st.position : st.position + self.cfg.batch_size]
+        st.position += self.cfg.batch_size
+        return [self.train_samples[i] for i in picked]
+
+    # -- steps --------------------------------------------------------------------------
+
+    def _loss(self, batch: BlockBatch, hidden: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        m = block_loss(self.draft, self.adapter, batch, hidden, self.weights)
+        return m.loss, m.accuracy, m.tau
+
+    def progress(self) -> float:
+        parts = []
+        if self.cfg.steps:
+            parts.append(self.state.step / self.cfg.steps)
+        if self.cfg.time_budget_s:
+            parts.append(self.state.elapsed_s / self.cfg.time_budget_s)
+        return max(parts)
+
+    def train_step(self, batch: BlockBatch) -> tuple[float, float]:
+        lr = learning_rate(self.cfg, self.progress())
+        self.optimizer.learning_rate = mx.array(lr)
+        hidden = target_context(self.adapter, batch.tokens)
+        (loss, _acc, tau), grads = self._loss_and_grad(batch, hidden)
+        if self.cfg.grad_clip > 0:
+            grads, _ = optim.clip_grad_norm(grads, self.cfg.grad_clip)
+        self.optimizer.update(self.draft, grads)
+        mx.eval(self.draft.parameters(), self.optimizer.state, loss, tau)
+        return float(loss.item()), float(tau.item())
+
+    def evaluate(self) -> dict[str, Any]:
+        """Loss, per-position accuracy and τ on the held-out batches (no update)."""
+        total_blocks = 0
+        loss_sum = tau_sum = 0.0
+        acc_sum = np.zeros(self.draft_cfg.block_size - 1)
+        for batch in self._eval_batches:
+            hidden = target_context(self.adapter, batch.tokens)
+            m = block_loss(self.draft, self.adapter, batch, hidden, self.weights)
+            mx.eval(m.loss, m.tau, m.accuracy)
+            n = batch.num_blocks
+            total_blocks += n
+            loss_sum += float(m.loss.item()) * n
+            tau_sum += float(m.tau.item()) * n
+            acc_sum += np.array(m.accuracy) * n
+        if not total_blocks:
+            return {}
+        return {
+            "eval_loss": loss_sum / total_blocks,
+            "eval_tau": tau_sum / total_blocks,
+            "eval_accuracy": [round(float(a), 4) for a in acc_sum / total_blocks],
+        }
+
+    # -- checkpoints --------------------------------------------------------------------
+
+    def checkpoint(self) -> Path:
+        folder = self.out / CHECKPOINT_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        mx.save_safetensors(
+            str(folder / "draft.safetensors"), dict(tree_flatten(self.draft.parameters()))
+        )
+        mx.save_safetensors(
+            str(folder / "optimizer.safetensors"), dict(tree_flatten(self.optimizer.state))
+        )
+        state = {
+            **asdict(self.state),
+            "rng": self.rng.bit_generator.state,
+            "draft_config": self.draft_cfg.to_dict(),
+            "train_config": asdict(self.cfg),
+        }
+        tmp = folder / "state.json.tmp"
+        tmp.write_text(json.dumps(state))
+        tmp.replace(folder / "state.json")
+        return folder
+
+    def resume(self) -> bool:
+        """Continue from the checkpoint in the output folder; False when there is none."""
+        folder = self.out / CHECKPOINT_DIR
+        if not (folder / "state.json").is_file():
+            return False
+        raw = json.loads((folder / "state.json").read_text())
+        if raw["draft_config"] != self.draft_cfg.to_dict():
+            raise InvalidRequest(
+                f"the checkpoint in {folder} is for another draft shape; "
+                "use the same flags or a new --out"
+            )
+        self.draft.load_weights(str(folder / "draft.safetensors"))
+        self.draft.set_dtype(DTYPES[self.cfg.dtype])
+        opt_state = tree_unflatten(list(mx.load(str(folder / "optimizer.safetensors")).items()))
+        self.optimizer.state = opt_state
+        self.rng.bit_generator.state = raw.pop("rng")
+        for key in ("draft_config", "train_config"):
+            raw.pop(key)
+        self.state = TrainState(**raw)
+        mx.eval(self.draft.parameters(), self.optimizer.state)
+        return True
+
+    # -- the run ------------------------------------------------------------------------
+
+    def _record(self, record: dict[str, Any]) -> None:
+        self.state.history.append(record)
+        with (self.out / LOG_FILE).open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        self.on_event(record)
+
+    def run(self) -> dict[str, Any]:
+        self.out.mkdir(parents=True, exist_ok=True)
+        cfg, st = self.cfg, self.state
+        if st.step == 0:
+            (self.out / LOG_FILE).unlink(missing_ok=True)
+            self._record({"kind": "eval", "step": 0, "elapsed_s": 0.0, **self.evaluate()})
+        window: list[tuple[float, float]] = []
+        while self.progress() < 1.0:
+            started = time.perf_counter()
+            batch = self._batch(self._next_samples(), self.rng)
+            loss, tau = self.train_step(batch)
+            st.step += 1
+            st.elapsed_s += time.perf_counter() - started
+            window.append((loss, tau))
+            if st.step % cfg.log_every == 0 or self.progress() >= 1.0:
+                self._record(
+                    {
+                        "kind": "train",
+                        "step": st.step,
+                        "elapsed_s": round(st.elapsed_s, 2),
+                        "progress": round(min(1.0, self.progress()), 4),
+                        "lr": learning_rate(cfg, self.progress()),
+                        "loss": sum(x for x, _ in window) / len(window),
+                        "tau": sum(t for _, t in window) / len(window),
+                        "epoch": st.epoch,
+                    }
+                )
+                window = []
+            if st.step % cfg.eval_every == 0:
+                self._record(
+                    {
+                        "kind": "eval",
+                        "step": st.step,
+                        "elapsed_s": round(st.elapsed_s, 2),
+                        **self.evaluate(),
+                    }
+                )
+            if cfg.checkpoint_every and st.step % cfg.checkpoint_every == 0:
+                self.checkpoint()
+        final = {
+            "kind": "eval",
+            "step": st.step,
+            "elapsed_s": round(st.elapsed_s, 2),
+            **self.evaluate(),
+        }
+        self._record(final)
+        self.checkpoint()
+        save_trained(self.draft, self.out, cfg)
+        return {
+            "out": str(self.out),
+            "steps": st.step,
+            "train_s": round(st.elapsed_s, 2),
+            "train_samples": len(self.train_samples),
+            "eval_samples": len(self.eval_samples),
+            "final": final,
+            "first": next((r for r in st.history if r["kind"] == "eval"), None),
+            "draft_config": self.draft_cfg.to_dict(),
+        }
+
+
+def write_recipe(out: Path, recipe: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / RECIPE_FILE).write_text(json.dumps(recipe, indent=2))

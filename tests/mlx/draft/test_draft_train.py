@@ -1,0 +1,124 @@
+"""A small draft training run on a tiny target: the loss falls, τ rises, the folder loads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten
+
+from omlx.draft.baseline import plain_generate
+from omlx.draft.loop import DFlashGenerator, DFlashParams
+from omlx.draft.model import load_draft
+from omlx.draft.random_init import random_draft
+from omlx.draft.train.data import GenerationSettings, Sample, generate_replies
+from omlx.draft.train.sizing import draft_config
+from omlx.draft.train.trainer import TrainConfig, Trainer
+from tests.mlx.draft.conftest import VOCAB, build_target
+
+BLOCK = 8
+
+
+def _prompts(n: int, seed: int = 0) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [[int(t) for t in rng.integers(0, VOCAB - 1, rng.integers(5, 12))] for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def distilled():
+    """A tiny qwen3 target and its own greedy replies to 24 random prompts."""
+    target = build_target("qwen3")
+    prompts = _prompts(24)
+    replies = generate_replies(
+        target, prompts, [], GenerationSettings(max_new_tokens=48, batch_size=8)
+    )
+    samples = [
+        Sample(f"p{i}", "test", "train", True, tuple(p), tuple(r))
+        for i, (p, r) in enumerate(zip(prompts, replies, strict=True))
+    ]
+    return target, prompts, samples
+
+
+def _trainer(target, samples, out, **overrides) -> Trainer:
+    cfg = TrainConfig(
+        **{
+            "steps": 120,
+            "batch_size": 8,
+            "anchors_per_seq": 16,
+            "lr": 3e-3,
+            "eval_every": 60,
+            "eval_sequences": 16,
+            "checkpoint_every": 0,
+            "save_dtype": "float32",
+            **overrides,
+        }
+    )
+    shape = draft_config(target, num_layers=2, block_size=BLOCK)
+    return Trainer(target, shape, samples, samples[:16], cfg, out)
+
+
+def _mean_tau(target, draft, prompts) -> tuple[float, bool]:
+    generator = DFlashGenerator.from_models(target, draft)
+    lengths, identical = [], True
+    for prompt in prompts:
+        run = generator.generate(prompt, DFlashParams(max_tokens=40))
+        tokens = run.run()
+        lengths += run.stats.acceptance_lengths
+        identical &= tokens == plain_generate(target, prompt, DFlashParams(max_tokens=40)).tokens
+    return sum(lengths) / len(lengths), identical
+
+
+def test_training_lowers_loss_and_raises_tau(distilled, tmp_path):
+    target, prompts, samples = distilled
+    assert all(len(s.reply_ids) == 48 for s in samples)  # no EOS given: full replies
+    trainer = _trainer(target, samples, tmp_path / "draft")
+    result = trainer.run()
+    evals = [r for r in trainer.state.history if r["kind"] == "eval"]
+    first, last = evals[0], evals[-1]
+    assert last["eval_loss"] < first["eval_loss"] - 1.0
+    assert last["eval_tau"] > first["eval_tau"] + 0.5
+    assert result["steps"] == 120
+
+    # The folder loads as any draft does, and the decoding loop accepts more of it.
+    loaded = load_draft(tmp_path / "draft")
+    assert loaded.config == trainer.draft_cfg
+    for (name, a), (_, b) in zip(
+        tree_flatten(trainer.draft.parameters()), tree_flatten(loaded.parameters()), strict=True
+    ):
+        np.testing.assert_array_equal(np.array(a), np.array(b), err_msg=name)
+    trained_tau, identical = _mean_tau(target, loaded, prompts[:6])
+    random_tau, _ = _mean_tau(target, random_draft(loaded.config, seed=5), prompts[:6])
+    assert identical
+    assert trained_tau > random_tau + 0.5, (trained_tau, random_tau)
+
+
+def test_resume_continues_the_same_run(distilled, tmp_path):
+    target, _, samples = distilled
+    out = tmp_path / "draft"
+    first = _trainer(target, samples, out, steps=4, checkpoint_every=2, eval_every=100)
+    first.run()
+    resumed = _trainer(target, samples, out, steps=6, checkpoint_every=2, eval_every=100)
+    assert resumed.resume()
+    assert resumed.state.step == 4
+    for (name, a), (_, b) in zip(
+        tree_flatten(first.draft.parameters()),
+        tree_flatten(resumed.draft.parameters()),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(np.array(a), np.array(b), err_msg=name)
+    assert int(resumed.optimizer.state["step"].item()) == 4
+    assert resumed.run()["steps"] == 6
+
+
+def test_resume_refuses_another_shape(distilled, tmp_path):
+    target, _, samples = distilled
+    _trainer(target, samples, tmp_path, steps=1, checkpoint_every=1, eval_every=100).run()
+    other = Trainer(
+        target,
+        draft_config(target, num_layers=1, block_size=BLOCK),
+        samples,
+        samples[:4],
+        TrainConfig(steps=1),
+        tmp_path,
+    )
+    with pytest.raises(Exception, match="another draft shape"):
+        other.resume()

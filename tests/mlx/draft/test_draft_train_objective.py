@@ -1,0 +1,96 @@
+"""The training forward is the decoding forward: same hidden states for every block."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from omlx.draft.capture import TargetAdapter
+from omlx.draft.random_init import random_draft
+from omlx.draft.train.data import Sample
+from omlx.draft.train.objective import block_hidden, block_loss, make_batch, position_weights
+from omlx.draft.train.sizing import default_num_layers, draft_config
+from tests.mlx.draft.conftest import VOCAB, build_target
+
+
+def _sample(prompt_len: int, reply_len: int, seed: int) -> Sample:
+    rng = np.random.default_rng(seed)
+    ids = [int(t) for t in rng.integers(0, VOCAB - 1, prompt_len + reply_len)]
+    return Sample("p", "chat", "train", True, tuple(ids[:prompt_len]), tuple(ids[prompt_len:]))
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_block_hidden_matches_decoding_forward(arch):
+    target = build_target(arch)
+    cfg = draft_config(target, num_layers=2, block_size=6)
+    draft = random_draft(cfg, seed=3)
+    adapter = TargetAdapter(target, cfg.target_layer_ids)
+    samples = [_sample(5, 20, 1), _sample(9, 7, 2)]  # unequal lengths: padding
+    batch = make_batch(
+        samples,
+        block_size=6,
+        anchors_per_seq=4,
+        mask_token_id=cfg.mask_token_id,
+        rng=np.random.default_rng(0),
+    )
+    _, hidden, _ = adapter.forward(batch.tokens, None, with_logits=False)
+    emb = adapter.embed(batch.block_ids)
+    trained = block_hidden(draft, emb, hidden, batch.anchors)  # [N*K, B, D]
+    anchors = np.array(batch.anchors)
+    for n in range(2):
+        for k in range(4):
+            s = int(anchors[n, k])
+            cache = draft.make_cache()
+            ref = draft(emb[n : n + 1, k], hidden[n : n + 1, :s], cache)[0]
+            np.testing.assert_allclose(
+                np.array(trained[n * 4 + k]), np.array(ref), rtol=1e-4, atol=1e-4
+            )
+
+
+def test_batch_labels_and_validity():
+    sample = _sample(4, 6, 0)
+    seq = list(sample.prompt_ids) + list(sample.reply_ids)
+    batch = make_batch(
+        [sample],
+        block_size=5,
+        anchors_per_seq=5,
+        mask_token_id=VOCAB - 1,
+        rng=np.random.default_rng(0),
+    )
+    anchors = np.array(batch.anchors)[0]
+    assert sorted(anchors.tolist()) == list(range(4, 10 - 1))  # every reply anchor once
+    for k, s in enumerate(anchors):
+        block = np.array(batch.block_ids)[0, k]
+        assert block[0] == seq[s] and (block[1:] == VOCAB - 1).all()
+        valid = np.array(batch.valid)[0, k].astype(bool)
+        labels = np.array(batch.labels)[0, k]
+        expected = seq[s + 1 : s + 5]
+        assert valid.sum() == len(expected)
+        assert labels[valid].tolist() == expected
+
+
+def test_weights_decay_and_perfect_draft_tau():
+    w = np.array(position_weights(16, 7.0))
+    assert w[0] == 1.0 and np.all(np.diff(w) < 0)
+    target = build_target("llama")
+    cfg = draft_config(target, num_layers=1, block_size=4)
+    draft = random_draft(cfg, seed=0)
+    adapter = TargetAdapter(target, cfg.target_layer_ids)
+    batch = make_batch(
+        [_sample(3, 12, 5)],
+        block_size=4,
+        anchors_per_seq=8,
+        mask_token_id=cfg.mask_token_id,
+        rng=np.random.default_rng(1),
+    )
+    _, hidden, _ = adapter.forward(batch.tokens, None, with_logits=False)
+    m = block_loss(draft, adapter, batch, hidden, position_weights(4, 2.0))
+    assert 1.0 <= float(m.tau.item()) < 1.5  # a random draft rarely hits a random label
+    assert float(m.loss.item()) > 0
+
+
+def test_default_depth_follows_the_target():
+    assert default_num_layers(4) == 1
+    assert default_num_layers(30) == 4
+    assert default_num_layers(36) == 5
+    assert default_num_layers(80) == 5
