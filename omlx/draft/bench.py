@@ -115,9 +115,15 @@ def compare(
     *,
     draft_block_size: int | None = None,
     seed: int = 0,
+    sync_phases: bool = False,
 ) -> BenchReport:
-    """Generate every prompt plainly and with DFlash; a warm-up pass runs first."""
-    generator = DFlashGenerator.from_models(model, draft, draft_block_size=draft_block_size)
+    """Generate every prompt plainly and with DFlash; a warm-up pass runs first.
+
+    `sync_phases` waits for the device after each phase, for a time split that is the
+    device's (slower: draft and verify no longer overlap)."""
+    generator = DFlashGenerator.from_models(
+        model, draft, draft_block_size=draft_block_size, sync_phases=sync_phases
+    )
     report = BenchReport(params.temperature, generator.drafter.draft_block_size)
     warm = DFlashParams(max_tokens=4, temperature=params.temperature)
     plain_generate(model, prompts[0], warm)

@@ -145,10 +145,20 @@ class DFlashRun:
 class DFlashGenerator:
     """Speculative decoding of a target with a DFlash drafter, one request at a time."""
 
-    def __init__(self, target: TargetAdapter, drafter: Drafter, decode: Any = None) -> None:
+    def __init__(
+        self,
+        target: TargetAdapter,
+        drafter: Drafter,
+        decode: Any = None,
+        *,
+        sync_phases: bool = False,
+    ) -> None:
         self.target = target
         self.drafter = drafter
         self.decode = decode  # token ids -> text, for stop strings
+        # True waits for the device after each phase, so the stats' time split is the
+        # device's; False (serving) queues the verify behind the draft without a sync.
+        self.sync_phases = sync_phases
 
     @classmethod
     def from_models(
@@ -158,9 +168,11 @@ class DFlashGenerator:
         *,
         draft_block_size: int | None = None,
         decode: Any = None,
+        sync_phases: bool = False,
     ) -> DFlashGenerator:
         target = TargetAdapter(target_model, draft_model.config.target_layer_ids)
-        return cls(target, DFlashDrafter(draft_model, target, draft_block_size), decode)
+        drafter = DFlashDrafter(draft_model, target, draft_block_size)
+        return cls(target, drafter, decode, sync_phases=sync_phases)
 
     def generate(self, prompt_ids: Sequence[int], params: DFlashParams) -> DFlashRun:
         if not prompt_ids:
@@ -235,35 +247,48 @@ class DFlashGenerator:
         stats: DFlashStats,
         max_drafts: int,
     ) -> tuple[list[int], mx.array]:
-        """One DRAFT → VERIFY → ACCEPT → ROLLBACK cycle: the committed tokens."""
+        """One DRAFT → VERIFY → ACCEPT → ROLLBACK cycle: the committed tokens.
+
+        Unless `sync_phases`, the host never waits between draft and verify: the drafted
+        ids stay on the device and feed the verify block, the draft runs while the host
+        builds the verify graph, and one wait per cycle fetches both id lists. On a small
+        target the host's graph building is a large part of a step, so the overlap counts.
+        """
         t0 = time.perf_counter()
-        draft_ids: list[int] = []
-        draft_probs = None
+        block = mx.array(committed[-1:], dtype=mx.uint32)
+        draft = draft_probs = None
         if max_drafts > 0:
             draft_logits = self.drafter.propose(committed, context)[:max_drafts]
             draft, draft_probs = self._draft_tokens(draft_logits, params, mask)
-            # A host sync here keeps the time split honest; feeding the device array
-            # into verify measured no faster on an H200 (benchmarks/results v4, v5).
-            draft_ids = draft.tolist()
+            block = mx.concatenate([block, draft])
+            if self.sync_phases:
+                mx.eval(draft)
+            else:
+                mx.async_eval(draft)
         t1 = time.perf_counter()
         stats.draft_s += t1 - t0
 
-        block = mx.array([committed[-1], *draft_ids])[None]
-        logits, hidden, tapes = self.target.forward(block, cache, record_tape=True)
+        logits, hidden, tapes = self.target.forward(block[None], cache, record_tape=True)
         assert logits is not None
         if params.is_greedy:
-            target_ids = sample_with_temperature(logits[0], 0.0, mask).tolist()
+            chosen = sample_with_temperature(logits[0], 0.0, mask)
+            mx.async_eval(chosen, hidden)
+            draft_ids = draft.tolist() if draft is not None else []
+            target_ids = chosen.tolist()
             num_kept = accept_length(draft_ids, target_ids)
             bonus = target_ids[num_kept]
         else:
             target_probs = probabilities(logits[0], params.temperature, mask)
+            mx.async_eval(target_probs, hidden)
+            draft_ids = draft.tolist() if draft is not None else []
             num_kept, bonus = speculative_accept(draft_ids, target_probs, draft_probs)
         t2 = time.perf_counter()
         stats.verify_s += t2 - t1
 
         self.target.rollback(cache, tapes, num_kept + 1, len(draft_ids) + 1)
         context = hidden[:, : num_kept + 1]
-        mx.eval(context)
+        if self.sync_phases:
+            mx.eval(context)
         stats.rollback_s += time.perf_counter() - t2
         return [*draft_ids[:num_kept], bonus], context
 

@@ -12,8 +12,10 @@ class DFlashStats:
 
     `acceptance_lengths` holds, per cycle, the tokens committed (accepted drafts plus
     the target's bonus token): τ is their mean, from 1 (nothing accepted) to the draft
-    block size. `draft_s` runs until the drafted ids reach the host, `verify_s` from
-    there through the accept decision, `rollback_s` over cache trimming and tape replay.
+    block size. With the generator's `sync_phases`, `draft_s` runs until the drafted ids
+    are computed, `verify_s` from there through the accept decision, `rollback_s` over
+    cache trimming and tape replay; without it the device overlaps draft and verify, and
+    `draft_s` is only the host's time to queue the draft.
     """
 
     draft_block_size: int

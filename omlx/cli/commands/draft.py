@@ -82,6 +82,9 @@ def train(
     checkpoint_every: int = typer.Option(500, "--checkpoint-every", min=0),
     seed: int = typer.Option(0, "--seed"),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint."),
+    data_only: bool = typer.Option(
+        False, "--data-only", help="Only write (or find) the distilled data, then stop."
+    ),
     as_json: bool = typer.Option(False, "--json", help="JSON lines for scripts."),
 ) -> None:
     """Train a DFlash draft on the target's own replies; OUT loads with --draft OUT."""
@@ -158,6 +161,7 @@ def train(
             ),
             data_dir=data_dir,
             resume=resume,
+            data_only=data_only,
             on_event=emit,
             on_progress=on_progress,
             log=None if as_json else lambda msg: err_console.print(msg, style="dim"),
@@ -169,6 +173,12 @@ def train(
             progress_bar.stop()
     if as_json:
         print(json.dumps({"kind": "result", **result}), flush=True)
+        return
+    if data_only:
+        data = result["data"]
+        console.print(
+            f"{data['samples']} samples, {data['reply_tokens']} reply tokens: {data['file']}"
+        )
         return
     final = result["final"]
     console.print(

@@ -159,9 +159,10 @@ def block_loss(
     weights: mx.array,
 ) -> BlockMetrics:
     dtype = draft.fc.weight.dtype
-    emb = target.embed(batch.block_ids).astype(dtype)
-    hidden = block_hidden(draft, emb, target_hidden.astype(dtype), batch.anchors)
-    logits = target.lm_head(hidden[:, 1:]).astype(mx.float32)  # [NK, B-1, V]
+    emb = target.embed(batch.block_ids)
+    head_dtype = emb.dtype  # the target's activations: its LM head runs in its own dtype
+    hidden = block_hidden(draft, emb.astype(dtype), target_hidden.astype(dtype), batch.anchors)
+    logits = target.lm_head(hidden[:, 1:].astype(head_dtype)).astype(mx.float32)  # [NK, B-1, V]
     n, k, _ = batch.labels.shape
     labels = batch.labels.reshape(n * k, -1)
     valid = batch.valid.reshape(n * k, -1)

@@ -39,6 +39,7 @@ def train_draft(
     shape: DraftShape | None = None,
     data_dir: str | Path | None = None,
     resume: bool = False,
+    data_only: bool = False,
     on_event: Event | None = None,
     on_progress: Progress | None = None,
     log: Callable[[str], None] | None = None,
@@ -75,6 +76,15 @@ def train_draft(
     data_s = time.perf_counter() - started
     if log:
         log(f"{'reused' if cached else 'wrote'} {len(samples)} samples: {data_file}")
+    data = {
+        "file": str(data_file),
+        "cached": cached,
+        "seconds": round(data_s, 2),
+        "samples": len(samples),
+        "reply_tokens": sum(len(s.reply_ids) for s in samples),
+    }
+    if data_only:
+        return {"out": str(out), "data": data}
     train_samples = [s for s in samples if s.split == "train"]
     eval_samples = [s for s in samples if s.split == "heldout" and s.greedy]
     eval_on = "heldout"
@@ -115,12 +125,5 @@ def train_draft(
     return {
         **result,
         "resumed": resumed,
-        "data": {
-            "file": str(data_file),
-            "cached": cached,
-            "seconds": round(data_s, 2),
-            "samples": len(samples),
-            "reply_tokens": sum(len(s.reply_ids) for s in samples),
-            "eval_on": eval_on,
-        },
+        "data": {**data, "eval_on": eval_on},
     }

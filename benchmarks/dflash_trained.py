@@ -1,0 +1,177 @@
+"""A trained DFlash draft against plain decoding, per prompt category, in one run.
+
+    python -m benchmarks.dflash_trained --draft DIR [--model DIR] [--per-category 8]
+        [--max-tokens 128] [--temperatures 0,0.7] [--block-sizes 16] [--out FILE]
+
+Prompts are the held-out split of the shipped training prompts (never trained on),
+one row per (temperature, block size, category) plus an "all" row. Every prompt is
+decoded plainly (mlx-lm's generate_step) and then with DFlash, side by side; greedy
+rows say whether every DFlash output equals the plain one. A second, shorter pass with
+`sync_phases` gives the per-cycle time split (draft, verify, rollback) as the device
+sees it; the timed pass overlaps draft and verify as serving does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+
+from omlx.draft.bench import BenchReport, compare
+from omlx.draft.loop import DFlashParams
+from omlx.draft.model import load_draft
+from omlx.draft.train.prompts import encode, read_prompt_file, select
+
+CATEGORIES = ("chat", "code", "maths", "instructions")
+
+
+def _merge(reports: list[BenchReport]) -> BenchReport:
+    total = BenchReport(reports[0].temperature, reports[0].draft_block_size)
+    for r in reports:
+        total.num_prompts += r.num_prompts
+        total.plain_tokens += r.plain_tokens
+        total.plain_s += r.plain_s
+        total.dflash_tokens += r.dflash_tokens
+        total.dflash_s += r.dflash_s
+        total.identical &= r.identical
+        total.acceptance_lengths += r.acceptance_lengths
+        for phase in ("draft_s", "verify_s", "rollback_s", "prefill_s"):
+            setattr(total, phase, getattr(total, phase) + getattr(r, phase))
+    return total
+
+
+def _row(report: BenchReport, profile: BenchReport | None, **extra: Any) -> dict[str, Any]:
+    row = {**extra, **report.to_dict()}
+    row.pop("acceptance_histogram")
+    cycles = max(1, len(report.acceptance_lengths))
+    row["dflash_ms_per_cycle"] = 1000 * (report.dflash_s - report.prefill_s) / cycles
+    row["plain_ms_per_token"] = 1000 * report.plain_s / max(1, report.plain_tokens)
+    if profile is not None and profile.acceptance_lengths:
+        n = len(profile.acceptance_lengths)
+        row["profile_ms_per_cycle"] = {
+            "draft": 1000 * profile.draft_s / n,
+            "verify": 1000 * profile.verify_s / n,
+            "rollback": 1000 * profile.rollback_s / n,
+            "cycles": n,
+        }
+    return row
+
+
+def _git_sha() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        )
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=None, help="target folder (default: the default model)")
+    ap.add_argument("--draft", required=True)
+    ap.add_argument("--per-category", type=int, default=8)
+    ap.add_argument("--profile-prompts", type=int, default=2, help="per category; 0: none")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--temperatures", default="0,0.7")
+    ap.add_argument("--block-sizes", default="16")
+    ap.add_argument("--categories", default=",".join(CATEGORIES))
+    ap.add_argument("--sampled-drafts", action="store_true", help="T > 0: also sampled drafts")
+    ap.add_argument("--out", default=None, help="append JSON lines here")
+    args = ap.parse_args()
+    from omlx.engine.blas import reexec_with_blas
+
+    reexec_with_blas()  # the BLAS `omlx serve` runs on; a no-op on CUDA
+
+    from mlx_lm import load
+
+    if args.model is None:
+        from benchmarks.model_dirs import default_model_dir
+
+        model_dir = default_model_dir()
+    else:
+        model_dir = Path(args.model)
+    model, tokenizer = load(str(model_dir))
+    draft = load_draft(args.draft)
+    records = select(read_prompt_file(), split="heldout")
+    categories = args.categories.split(",")
+    prompts = {
+        c: [encode(tokenizer, r) for r in select(records, categories=[c])[: args.per_category]]
+        for c in categories
+    }
+    eos = tuple(tokenizer.eos_token_ids)
+    meta = {
+        "bench": "dflash_trained",
+        "model": model_dir.name,
+        "model_dtype": str(model.model.embed_tokens.weight.dtype),
+        "draft": str(args.draft),
+        "max_tokens": args.max_tokens,
+        "device": str(mx.default_device()),
+        "machine": platform.machine(),
+        "git": _git_sha(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "command": " ".join(sys.argv),
+    }
+    # One full-length warm-up of both paths, so kernel compilation stays out of the rows.
+    warm = DFlashParams(max_tokens=args.max_tokens, eos_token_ids=eos)
+    compare(model, draft, prompts[categories[0]][:1], warm)
+
+    def emit(row: dict[str, Any]) -> None:
+        line = json.dumps(row)
+        print(line, flush=True)
+        if args.out:
+            with Path(args.out).open("a") as f:
+                f.write(line + "\n")
+
+    for temperature in (float(t) for t in args.temperatures.split(",")):
+        modes = [True] if temperature == 0 or not args.sampled_drafts else [True, False]
+        for block in (int(b) for b in args.block_sizes.split(",")):
+            for by_argmax in modes:
+                params = DFlashParams(
+                    max_tokens=args.max_tokens,
+                    temperature=temperature,
+                    draft_by_argmax=by_argmax,
+                    eos_token_ids=eos,
+                )
+                reports, profiles = [], []
+                for c in categories:
+                    report = compare(model, draft, prompts[c], params, draft_block_size=block)
+                    profile = None
+                    if args.profile_prompts:
+                        profile = compare(
+                            model,
+                            draft,
+                            prompts[c][: args.profile_prompts],
+                            params,
+                            draft_block_size=block,
+                            sync_phases=True,
+                        )
+                        profiles.append(profile)
+                    reports.append(report)
+                    drafting = "argmax" if by_argmax or temperature == 0 else "sampled"
+                    rows = [_row(report, profile, category=c, drafting=drafting, **meta)]
+                    if c == categories[-1]:
+                        merged_profile = _merge(profiles) if profiles else None
+                        rows.append(
+                            _row(
+                                _merge(reports),
+                                merged_profile,
+                                category="all",
+                                drafting=drafting,
+                                **meta,
+                            )
+                        )
+                    for row in rows:
+                        emit(row)
+
+
+if __name__ == "__main__":
+    main()
