@@ -87,11 +87,11 @@ def main() -> None:
     ap.add_argument("--sampled-drafts", action="store_true", help="T > 0: also sampled drafts")
     ap.add_argument("--out", default=None, help="append JSON lines here")
     args = ap.parse_args()
-    from omlx.engine.blas import reexec_with_blas
+    from omlx.platform.blas import reexec_with_blas
 
     reexec_with_blas()  # the BLAS `omlx serve` runs on; a no-op on CUDA
 
-    from mlx_lm import load
+    from omlx.mlx_lm_compat import load
 
     if args.model is None:
         from benchmarks.model_dirs import default_model_dir

@@ -16,7 +16,7 @@ app = typer.Typer(help="DFlash drafts: train one for the model you run.", no_arg
 def _target_path(model: str | None) -> Path:
     """A model folder as given, else a store name; the default model when none is given."""
     from omlx.cli.commands.models import open_store
-    from omlx.engine.default_model import DEFAULT_MODEL_NAME, ensure_default_model
+    from omlx.models.default_model import DEFAULT_MODEL_NAME, ensure_default_model
 
     name = model or DEFAULT_MODEL_NAME
     path = Path(name).expanduser()

@@ -20,10 +20,10 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.generate import BatchGenerator
-from mlx_lm.sample_utils import make_sampler
 
+from omlx.draft.sampling import sample_with_temperature
 from omlx.draft.train.prompts import PromptRecord, encode
+from omlx.mlx_lm_compat import BatchGenerator
 
 Progress = Callable[[int, int], None]  # (done, total)
 
@@ -104,7 +104,10 @@ def generate_replies(
     progress: Progress | None = None,
 ) -> list[list[int]]:
     """One reply per prompt from the target, batched; EOS kept when it comes."""
-    sampler = make_sampler(temp=temperature)
+
+    def sampler(logprobs: mx.array) -> mx.array:
+        return sample_with_temperature(logprobs, temperature)
+
     gen = BatchGenerator(
         model,
         max_tokens=settings.max_new_tokens,

@@ -45,7 +45,7 @@ def train_draft(
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Train a DFlash draft for the model folder `target_path` into `out`."""
-    from mlx_lm import load
+    from omlx.mlx_lm_compat import load
 
     generation = generation or GenerationSettings()
     training = training or TrainConfig()
@@ -53,9 +53,8 @@ def train_draft(
     shape = shape or DraftShape()
     out = Path(out)
     data_dir = Path(data_dir) if data_dir else out / "data"
+    records = read_prompt_file(prompts_file)  # bad input fails before the model loads
     model, tokenizer = load(str(target_path))
-
-    records = read_prompt_file(prompts_file)
     if max_prompts is not None:
         heldout = [r for r in records if r.split == "heldout"]
         keep_heldout = max(1, max_prompts // 12) if heldout else 0

@@ -1,0 +1,64 @@
+"""`omlx draft train` on a tiny checkpoint with a real tokenizer: JSON lines, data reuse,
+a folder that `omlx dflash-bench --draft` takes unchanged."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from omlx.cli.main import app
+
+
+def _lines(output: str) -> list[dict]:
+    return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+
+
+def test_train_reuse_data_resume_and_bench(tiny_llama_dir, tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        '{"prompt": "hello there", "split": "train"}\n'
+        '{"messages": [{"role": "user", "content": "what is two plus two?"}]}\n'
+        '{"prompt": "name a colour", "split": "heldout"}\n'
+    )
+    out = tmp_path / "draft"
+    args = [
+        "draft", "train", "--target", str(tiny_llama_dir), "--out", str(out),
+        "--prompts", str(prompts), "--max-new-tokens", "6", "--gen-batch", "4",
+        "--batch-size", "2", "--anchors", "2", "--block-size", "4", "--eval-every", "1",
+        "--checkpoint-every", "1", "--json",
+    ]  # fmt: skip
+    first = CliRunner().invoke(app, [*args, "--steps", "2"])
+    assert first.exit_code == 0, first.output
+    records = _lines(first.output)
+    result = records[-1]
+    assert result["kind"] == "result" and result["steps"] == 2
+    assert result["data"]["cached"] is False and result["data"]["samples"] == 3
+    assert any(r["kind"] == "eval" and "eval_tau" in r for r in records)
+    assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
+
+    again = CliRunner().invoke(app, [*args, "--steps", "3", "--resume"])
+    assert again.exit_code == 0, again.output
+    result = _lines(again.output)[-1]
+    assert result["data"]["cached"] is True and result["resumed"] is True
+    assert result["steps"] == 3
+
+    bench = CliRunner().invoke(
+        app,
+        ["dflash-bench", "--model", str(tiny_llama_dir), "--draft", str(out),
+         "--max-tokens", "8", "--json"],
+    )  # fmt: skip
+    assert bench.exit_code == 0, bench.output
+    assert json.loads(bench.output)["identical"] is True
+
+
+def test_bad_prompt_file_is_a_clean_error(tiny_llama_dir, tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"text": "no prompt field"}\n')
+    result = CliRunner().invoke(
+        app,
+        ["draft", "train", "--target", str(tiny_llama_dir), "--out", str(tmp_path / "d"),
+         "--prompts", str(prompts)],
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert 'needs a non-empty "prompt" or "messages"' in result.output
