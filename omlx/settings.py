@@ -165,6 +165,21 @@ class LogSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR"], _doc("Log level")] = "INFO"
 
 
+class AdminSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    password_hash: Annotated[
+        str,
+        _doc(
+            "scrypt hash of a password for the web admin's login (set it on the admin's "
+            "settings page); the API key is accepted too"
+        ),
+        msgspec.Meta(pattern=r"^(scrypt\$[0-9]+\$[0-9]+\$[0-9]+\$[^$]+\$[^$]+)?$"),
+    ] = ""
+    session_idle_s: Annotated[
+        float, _doc("Web admin sessions end after this many seconds without a request"),
+        msgspec.Meta(gt=0),
+    ] = 1800.0
+
+
 class Settings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     server: ServerSettings = msgspec.field(default_factory=ServerSettings)
     engine: EngineSettings = msgspec.field(default_factory=EngineSettings)
@@ -173,6 +188,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=
     draft: DraftSettings = msgspec.field(default_factory=DraftSettings)
     log: LogSettings = msgspec.field(default_factory=LogSettings)
     agents: AgentSettings = msgspec.field(default_factory=AgentSettings)
+    admin: AdminSettings = msgspec.field(default_factory=AdminSettings)
 
 
 SECTIONS: dict[str, type[msgspec.Struct]] = {
@@ -183,7 +199,11 @@ SECTIONS: dict[str, type[msgspec.Struct]] = {
     "draft": DraftSettings,
     "log": LogSettings,
     "agents": AgentSettings,
+    "admin": AdminSettings,
 }
+
+# Never shown back (config show, the admin's settings page): only whether one is set.
+SECRET_KEYS = frozenset({"server.api_key", "admin.password_hash"})
 
 Source = Literal["default", "file", "env", "cli"]
 

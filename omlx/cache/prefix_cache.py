@@ -47,6 +47,7 @@ class ModelCounters:
     hits: int = 0
     misses: int = 0
     hit_tokens: int = 0
+    cold_hit_tokens: int = 0  # of hit_tokens, those read back from the cold tier
 
 
 class PrefixCache:
@@ -128,6 +129,9 @@ class PrefixCache:
             return block
         if entry is None:
             return None
+        with self._lock:
+            c = self._counters.setdefault(info.model_fingerprint, ModelCounters())
+            c.cold_hit_tokens += info.num_tokens
         _persist_access([entry], entry.atime)
         try:
             header, arrays = read_block(entry.path)
@@ -243,6 +247,7 @@ class PrefixCache:
             hits=sum(c.hits for c in counters),
             misses=sum(c.misses for c in counters),
             hit_tokens=sum(c.hit_tokens for c in counters),
+            cold_hit_tokens=sum(c.cold_hit_tokens for c in counters),
             hot=_tier_stats(hot),
             cold=_tier_stats(cold),
             skipped_files=skipped,
@@ -253,8 +258,7 @@ class PrefixCache:
         with self._lock:
             hot = [(b.info, b.last_used) for b in self.hot.blocks()]
             cold = [(e.info, e.atime) for e in self.cold.entries()]
-            counters = {k: ModelCounters(c.name, c.hits, c.misses, c.hit_tokens)
-                        for k, c in self._counters.items()}  # fmt: skip
+            counters = {k: replace(c) for k, c in self._counters.items()}
             skipped = self.cold.num_skipped
         report = build_report(hot, cold, counters, source="server")
         report.enabled = self.enabled
@@ -318,6 +322,7 @@ def build_report(
     for fp, c in counters.items():
         m = model(fp, c.name)
         m.hits, m.misses, m.hit_tokens = c.hits, c.misses, c.hit_tokens
+        m.cold_hit_tokens = c.cold_hit_tokens
         looked = c.hits + c.misses
         m.hit_rate = c.hits / looked if looked else None
     return CacheReport(

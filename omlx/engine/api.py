@@ -7,12 +7,12 @@ The server converts every API dialect into one `GenerationRequest` and consumes
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, NewType, Protocol
 
 from omlx.schemas.cache import CacheReport
-from omlx.schemas.models import PoolStatus
+from omlx.schemas.models import ImportProgress, PoolStatus, StoreEntry
 from omlx.schemas.stats import StatsSnapshot
 
 RequestId = NewType("RequestId", str)
@@ -251,6 +251,11 @@ class ModelPool(Protocol):
         """Every model with its load state, memory, last use and TTL; the budget."""
         ...
 
+    async def set_ttl(self, name: str | None, ttl_s: float | None) -> None:
+        """Idle TTL of one model (`name`), or the default one (`name` None); None for a
+        model drops its own TTL (back to the default), 0 means never."""
+        ...
+
 
 class CacheAdmin(Protocol):
     """What the server needs from the tiered KV cache (omlx.cache.PrefixCache)."""
@@ -260,3 +265,24 @@ class CacheAdmin(Protocol):
     def clear(self, model_fingerprint: str | None = None, tier: str = "all") -> int: ...
 
     def close(self, spill: bool = True) -> None: ...
+
+
+class ModelCatalog(Protocol):
+    """The model store as the web admin manages it; blocking calls (run them in a thread)."""
+
+    def entries(self) -> list[StoreEntry]: ...
+
+    def delete(self, name: str) -> str:
+        """Remove a model folder (or the link to it) from the store; returns what went."""
+        ...
+
+    def import_model(
+        self,
+        source: str,
+        *,
+        name: str | None = None,
+        dtype: str = "float32",
+        progress: Callable[[ImportProgress], None] | None = None,
+    ) -> StoreEntry:
+        """`omlx pull SOURCE`: a .gguf file, a model folder, or a hub ORG/NAME."""
+        ...

@@ -29,7 +29,7 @@ def percentiles(samples: list[float]) -> Percentiles:
     def at(q: float) -> float:
         return s[min(len(s) - 1, int(q * len(s)))]
 
-    return Percentiles(p50=at(0.5), p90=at(0.9), p99=at(0.99))
+    return Percentiles(p50=at(0.5), p90=at(0.9), p95=at(0.95), p99=at(0.99))
 
 
 @dataclass(slots=True)

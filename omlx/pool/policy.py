@@ -155,6 +155,17 @@ class PoolPolicy:
     def unpin(self, name: str) -> None:
         self.pinned.discard(name)
 
+    def set_ttl(self, name: str | None, ttl_s: float | None) -> None:
+        """The default TTL (`name` None) or one model's; None drops a model's own TTL."""
+        if name is None:
+            self.default_ttl_s = ttl_s or 0.0
+        elif ttl_s is None:
+            self.ttl_overrides.pop(name, None)
+        else:
+            self.ttl_overrides[name] = ttl_s
+        for entry in self.entries.values():  # loaded models take the new TTL at once
+            entry.ttl_s = self.ttl_of(entry.name)
+
     # -- decisions -----------------------------------------------------------------------
 
     def is_evictable(self, entry: PoolEntry) -> bool:

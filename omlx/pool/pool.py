@@ -258,6 +258,10 @@ class LocalModelPool:
     async def unpin(self, name: str) -> None:
         self.policy.unpin((await self.resolve(name)).name)
 
+    async def set_ttl(self, name: str | None, ttl_s: float | None) -> None:
+        self.policy.set_ttl((await self.resolve(name)).name if name else None, ttl_s)
+        self._ensure_sweeper()
+
     def _ensure_sweeper(self) -> None:
         ttls = [self.policy.default_ttl_s, *self.policy.ttl_overrides.values()]
         if self._sweeper is None and any(t > 0 for t in ttls):
@@ -407,7 +411,10 @@ class LocalModelPool:
         return list(infos.values())
 
     def stats(self) -> StatsSnapshot:
-        models, requests, memory = [], [], MemoryStats(process_rss_bytes=process_rss_bytes())
+        models, requests = [], []
+        memory = MemoryStats(
+            process_rss_bytes=process_rss_bytes(), budget_bytes=self.policy.budget_bytes
+        )
         for engine in self.loaded_engines():
             model_stats, running = engine.metrics.snapshot()
             models.append(model_stats)

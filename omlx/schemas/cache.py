@@ -23,6 +23,7 @@ class ModelCacheReport(msgspec.Struct, kw_only=True):
     hits: int = 0
     misses: int = 0
     hit_tokens: int = 0
+    cold_hit_tokens: int = 0  # of hit_tokens, those read back from the cold tier
     hit_rate: float | None = None  # hits / (hits + misses); None before any lookup
 
 

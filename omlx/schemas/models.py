@@ -36,3 +36,28 @@ class ModelActionResult(Struct, kw_only=True):
     ok: bool = True
     state: ModelState
     pinned: bool
+
+
+class StoreEntry(Struct, kw_only=True):
+    """One model folder in the store (`omlx models --json` facts), for the admin."""
+
+    name: str
+    type: str
+    architecture: str
+    num_params: int | None = None
+    size_bytes: int = 0
+    quantization: str | None = None
+    context_length: int | None = None
+    source: str = "local"  # local (a model directory) | hf-cache
+    path: str
+    deletable: bool = False  # in a store directory (not the hub cache, not a given path)
+
+
+class ImportProgress(Struct, kw_only=True):
+    """How far an import got: a phase and, when known, bytes or steps done of a total."""
+
+    phase: str  # resolving | downloading | converting | linking | done
+    done: int = 0
+    total: int | None = None
+    unit: str = "bytes"  # bytes | tensors
+    message: str = ""

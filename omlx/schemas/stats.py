@@ -8,6 +8,7 @@ import msgspec
 class Percentiles(msgspec.Struct, kw_only=True):
     p50: float | None = None
     p90: float | None = None
+    p95: float | None = None
     p99: float | None = None
 
 
@@ -30,6 +31,7 @@ class CacheStats(msgspec.Struct, kw_only=True):
     hits: int = 0
     misses: int = 0
     hit_tokens: int = 0  # prompt tokens served from the cache (tokens saved)
+    cold_hit_tokens: int = 0  # of hit_tokens, those read back from the cold tier (SSD)
     hot: CacheTierStats = msgspec.field(default_factory=CacheTierStats)
     cold: CacheTierStats = msgspec.field(default_factory=CacheTierStats)
     skipped_files: int = 0

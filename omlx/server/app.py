@@ -10,6 +10,7 @@ from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 
 from omlx.engine.api import CacheAdmin, ModelPool
+from omlx.server import admin as admin_ui
 from omlx.server.auth import PUBLIC_ROUTES, PublicRoutes, SessionCheck, make_api_key_guard
 from omlx.server.errors import exception_handler
 from omlx.server.origin import OriginPolicy, make_origin_guard
@@ -40,6 +41,7 @@ def create_app(
     kv_cache: CacheAdmin | None = None,
     public_routes: PublicRoutes = PUBLIC_ROUTES,
     session_check: SessionCheck | None = None,
+    admin_options: admin_ui.AdminOptions | None = None,
 ) -> Litestar:
     """Build the app around `pool`; `close_pool_on_shutdown` when the app owns the pool.
 
@@ -47,7 +49,14 @@ def create_app(
     and is closed after the pool, so blocks stored by finishing requests reach the disk.
     With an API key set every route needs it except `public_routes`; `session_check`
     lets a request without a key in when it holds another valid login (the admin's).
+    `admin_options`: what the web admin needs beyond the settings (config file, sources,
+    the model store).
     """
+    admin = admin_ui.Admin(pool, settings, kv_cache, admin_options)
+    # The admin's pages and assets answer without the key (the pages send the browser to
+    # the login themselves); its session lets the browser's own calls to /v1 and /api in.
+    public_routes = public_routes.extended(admin_ui.PUBLIC_TEMPLATES)
+    session_check = session_check or admin.session_check
     route_handlers: list[Any] = [
         *health.ROUTES,
         *model_admin.ROUTES,  # before models: /v1/models/status is not a model id
@@ -60,10 +69,12 @@ def create_app(
         *cache.ROUTES,
         *embeddings.ROUTES,
         *rerank.ROUTES,
+        *admin_ui.routes(),
         *extra_routes,
     ]
 
     async def close_pool() -> None:
+        await admin.stop()
         if close_pool_on_shutdown:
             await pool.close()
             if kv_cache is not None:
@@ -78,6 +89,7 @@ def create_app(
                 "settings": settings,
                 "stats_interval_s": stats_interval_s,
                 "cache": kv_cache,
+                "admin": admin,
                 "http_counters": HttpCounters(),
             }
         ),
@@ -87,13 +99,14 @@ def create_app(
             ),
             make_api_key_guard(server.api_key, public_routes, session_check),
         ],
-        middleware=[RequestLogMiddleware],
+        middleware=[RequestLogMiddleware, admin.middleware()],
         exception_handlers={Exception: exception_handler},
         cors_config=CORSConfig(allow_origins=list(server.cors_origins))
         if server.cors_origins
         else None,
         # Text routes hold their bodies to max_request_bytes themselves (json_body.py).
         request_max_body_size=max(server.max_request_bytes, server.max_image_request_bytes),
+        on_startup=[admin.start],
         on_shutdown=[close_pool],
         openapi_config=None,
         logging_config=None,

@@ -10,6 +10,7 @@ from rich.table import Table
 from omlx.cli.output import console, fail
 from omlx.models.default_model import DefaultChoice, choose_default_model
 from omlx.settings import (
+    SECRET_KEYS,
     LoadedSettings,
     SettingsError,
     all_keys,
@@ -81,7 +82,7 @@ def _default_model(loaded: LoadedSettings) -> DefaultChoice:
 
 def _redact(key: str, value: object) -> object:
     # Secrets are never echoed back: show only whether one is set.
-    if key.endswith("api_key") and value:
+    if key in SECRET_KEYS and value:
         return "<set>"
     return value
 
