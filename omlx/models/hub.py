@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,21 +44,28 @@ def download(
     revision: str | None = None,
     dry_run: bool = False,
     progress: bool = True,
+    on_bytes: Callable[[int, int | None], None] | None = None,
 ) -> Path | list[HubFile]:
-    """Fetch `repo_id` at `revision` into `dest`; with `dry_run`, list what would be fetched."""
+    """Fetch `repo_id` at `revision` into `dest`; with `dry_run`, list what would be fetched.
+
+    `on_bytes(done, total)`: bytes fetched so far, instead of the terminal progress bars.
+    """
     if not is_repo_id(repo_id):
         raise ModelNotFound(f"{repo_id!r} is not a hub repository id (ORG/NAME)", param="source")
     from huggingface_hub import constants, snapshot_download
 
     if constants.is_offline_mode():
         raise DownloadFailed("HF_HUB_OFFLINE is set: unset it to download from the hub")
+    tqdm_class = _reporting_tqdm(on_bytes) if on_bytes else None
+    if tqdm_class is None and not progress:
+        tqdm_class = _silent_tqdm()
     try:
         result = snapshot_download(
             repo_id,
             revision=revision,
             local_dir=dest,
             dry_run=dry_run,
-            tqdm_class=None if progress else _silent_tqdm(),
+            tqdm_class=tqdm_class,
         )
     except Exception as e:
         raise _translate(e, repo_id, revision, constants.ENDPOINT) from e
@@ -75,6 +83,31 @@ def _silent_tqdm() -> Any:
             super().__init__(*args, **kwargs)
 
     return Silent
+
+
+def _reporting_tqdm(on_bytes: Callable[[int, int | None], None]) -> Any:
+    """A tqdm that prints nothing and hands its byte counts to `on_bytes`.
+
+    snapshot_download aggregates every file's bytes into bars of unit "B" made from this
+    class (huggingface_hub 1.x and 2.x); file-count bars are ignored.
+    """
+    import io
+
+    from huggingface_hub.utils import tqdm
+
+    class Reporting(tqdm):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["file"] = io.StringIO()
+            kwargs.pop("disable", None)
+            super().__init__(*args, **kwargs)
+
+        def update(self, n: float | None = 1) -> bool | None:
+            shown = super().update(n)
+            if self.unit == "B":
+                on_bytes(int(self.n), int(self.total) if self.total else None)
+            return shown
+
+    return Reporting
 
 
 def _translate(e: Exception, repo_id: str, revision: str | None, endpoint: str) -> OmlxError:
