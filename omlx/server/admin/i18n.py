@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-CATALOG_DIR = Path(__file__).parent / "i18n"
+CATALOG_DIR = Path(__file__).parent / "catalogs"
 LANG_COOKIE = "omlx_lang"
 DEFAULT_LANG = "en"
 # Order shown in the language menu; the name is how a speaker writes it.
