@@ -37,9 +37,12 @@ PACKAGES: list[tuple[str, str, dict[str, str]]] = [
     (
         "uplot",
         "1.6.32",
-        {"dist/uPlot.iife.min.js": "uPlot.iife.min.js", "dist/uPlot.min.css": "uPlot.min.css",
-         "LICENSE": "licenses/uplot.txt"},
-    ),  # fmt: skip
+        {
+            "dist/uPlot.iife.min.js": "uPlot.iife.min.js",
+            "dist/uPlot.min.css": "uPlot.min.css",
+            "LICENSE": "licenses/uplot.txt",
+        },
+    ),
     ("marked", "18.3.0", {"lib/marked.esm.js": "marked.esm.js", "LICENSE": "licenses/marked.txt"}),
     (
         "dompurify",

@@ -20,7 +20,9 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 log = logging.getLogger("omlx.server.access")
 
 # Polled by dashboards every second: logged at DEBUG so INFO stays readable.
-QUIET_PATHS = ("/health", "/api/stats")
+QUIET_PATHS = ("/health", "/api/stats", "/admin/static/")
+# The web admin's pages poll these; their reads are DEBUG, their changes INFO.
+QUIET_GET_PATHS = ("/admin/api/", "/api/cache/stats")
 
 
 @dataclass(slots=True)
@@ -133,7 +135,10 @@ def _count(scope: Any, status: int) -> None:
 
 def _log_line(scope: Any, record: RequestRecord, status: int, duration_s: float) -> None:
     path = scope.get("path", "")
-    level = logging.DEBUG if path.startswith(QUIET_PATHS) else logging.INFO
+    quiet = path.startswith(QUIET_PATHS) or (
+        scope.get("method") == "GET" and path.startswith(QUIET_GET_PATHS)
+    )
+    level = logging.DEBUG if quiet else logging.INFO
     if not log.isEnabledFor(level):
         return
     log.log(

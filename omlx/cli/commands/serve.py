@@ -11,7 +11,7 @@ import typer
 
 from omlx.cli.output import console, fail
 from omlx.errors import OmlxError
-from omlx.settings import Settings, SettingsError, env_var, load_settings
+from omlx.settings import LoadedSettings, Settings, SettingsError, env_var, load_settings
 
 log = logging.getLogger(__name__)
 
@@ -88,16 +88,17 @@ def serve(
         "draft.path": draft,
     }
     try:
-        settings = load_settings(cli=flags, path=config).settings
+        loaded = load_settings(cli=flags, path=config)
     except SettingsError as e:
         fail(str(e))
+    settings = loaded.settings
     if dflash and not settings.draft.path:
         import msgspec
 
         draft_section = msgspec.structs.replace(settings.draft, path="random")
         settings = msgspec.structs.replace(settings, draft=draft_section)
     configure_logging(settings.log.level)
-    run_server(settings)
+    run_server(settings, loaded)
 
 
 def configure_logging(level: str) -> None:
@@ -114,8 +115,11 @@ def configure_logging(level: str) -> None:
     root.setLevel(level)
 
 
-def run_server(settings: Settings) -> None:
-    """Build the pool and app, serve until SIGINT/SIGTERM, then close the pool."""
+def run_server(settings: Settings, loaded: LoadedSettings | None = None) -> None:
+    """Build the pool and app, serve until SIGINT/SIGTERM, then close the pool.
+
+    `loaded` (the file and each value's source) lets the web admin show and edit them.
+    """
     import uvicorn
 
     from omlx.server.run import uvicorn_config
@@ -123,7 +127,7 @@ def run_server(settings: Settings) -> None:
     # The port first: a busy one fails in a second, not after the default model loads.
     sock = _listen_socket(settings)
     try:
-        app, default = _build_app(settings)
+        app, default = _build_app(settings, loaded)
     except BaseException:
         sock.close()
         raise
@@ -159,12 +163,14 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _build_app(settings: Settings) -> tuple[Any, str]:
+def _build_app(settings: Settings, loaded: LoadedSettings | None = None) -> tuple[Any, str]:
     """The app over a LocalModelPool, and the default model's name."""
     import msgspec
 
+    from omlx.models.catalog import StoreCatalog
     from omlx.models.store import ModelStore
     from omlx.pool.pool import LocalModelPool
+    from omlx.server.admin import AdminOptions
     from omlx.server.app import create_app
 
     store = ModelStore.from_settings(settings.models)
@@ -183,7 +189,14 @@ def _build_app(settings: Settings) -> tuple[Any, str]:
         prefix_factory=kv_cache.factory() if kv_cache else None,
         cache_stats=kv_cache.stats if kv_cache else None,
     )  # fmt: skip
-    app = create_app(pool, settings, close_pool_on_shutdown=True, kv_cache=kv_cache)
+    admin = AdminOptions(
+        config_file=loaded.path if loaded else None,
+        sources=loaded.sources if loaded else {},
+        catalog=StoreCatalog(store),
+    )
+    app = create_app(
+        pool, settings, close_pool_on_shutdown=True, kv_cache=kv_cache, admin_options=admin
+    )
     return app, default
 
 

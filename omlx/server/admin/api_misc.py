@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, Response, delete, get, post
+from litestar.params import Body
 
 from omlx.errors import InvalidRequest
 from omlx.schemas.admin import (
@@ -17,7 +18,7 @@ from omlx.schemas.admin import (
     StatsHistory,
 )
 from omlx.server.admin import bench
-from omlx.server.admin.core import admin_guard, admin_of
+from omlx.server.admin.core import admin_guard, admin_of, query_int
 
 
 @get("/admin/api/history", guards=[admin_guard])
@@ -27,8 +28,11 @@ async def history(request: Request[Any, Any, Any]) -> StatsHistory:
 
 @get("/admin/api/logs", guards=[admin_guard])
 async def logs(
-    request: Request[Any, Any, Any], after: int = 0, level: str = "INFO", limit: int = 500
+    request: Request[Any, Any, Any],
 ) -> LogTail:
+    q = request.query_params
+    after, limit = query_int(q, "after", 0), query_int(q, "limit", 500)
+    level = q.get("level", "INFO")
     return admin_of(request).logs.tail(after=after, level=level, limit=max(1, min(limit, 5000)))
 
 
@@ -41,7 +45,9 @@ def _self_url(request: Request[Any, Any, Any]) -> str:
 
 
 @post("/admin/api/bench", guards=[admin_guard], status_code=202)
-async def start_bench(request: Request[Any, Any, Any], data: BenchRequest) -> JobStatus:
+async def start_bench(
+    request: Request[Any, Any, Any], data: Annotated[BenchRequest, Body()]
+) -> JobStatus:
     admin = admin_of(request)
     bench.validate(data)
     if admin.jobs.running("bench"):
@@ -59,7 +65,9 @@ async def bench_runs() -> list[BenchRunSummary]:
 
 
 @get("/admin/api/bench/runs/{run_id:str}", guards=[admin_guard])
-async def bench_run(run_id: str, download: bool = False) -> Response[BenchRun]:
+async def bench_run(request: Request[Any, Any, Any]) -> Response[BenchRun]:
+    run_id = request.path_params["run_id"]
+    download = request.query_params.get("download") in ("1", "true")
     record = bench.load(run_id)
     headers = {"Content-Disposition": f'attachment; filename="omlx-bench-{run_id}.json"'}
     return Response(
@@ -70,8 +78,8 @@ async def bench_run(run_id: str, download: bool = False) -> Response[BenchRun]:
 
 
 @delete("/admin/api/bench/runs/{run_id:str}", guards=[admin_guard], status_code=200)
-async def delete_bench_run(run_id: str) -> list[BenchRunSummary]:
-    bench.delete(run_id)
+async def delete_bench_run(request: Request[Any, Any, Any]) -> list[BenchRunSummary]:
+    bench.delete(request.path_params["run_id"])
     return bench.summaries()
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Request, get, post
+from litestar.params import Body
 
 from omlx.errors import InvalidRequest, ModelNotFound, NotFound
 from omlx.schemas.admin import AdminModel, AdminModels, ImportRequest, JobStatus, TtlUpdate
@@ -142,7 +143,9 @@ async def _delete(admin: Admin, model_id: str) -> None:
 
 
 @post("/admin/api/imports", guards=[admin_guard], status_code=202)
-async def start_import(request: Request[Any, Any, Any], data: ImportRequest) -> JobStatus:
+async def start_import(
+    request: Request[Any, Any, Any], data: Annotated[ImportRequest, Body()]
+) -> JobStatus:
     admin = admin_of(request)
     catalog = admin.options.catalog
     if catalog is None:
@@ -165,12 +168,13 @@ async def start_import(request: Request[Any, Any, Any], data: ImportRequest) -> 
 
 
 @get("/admin/api/jobs", guards=[admin_guard])
-async def list_jobs(request: Request[Any, Any, Any], kind: str | None = None) -> list[JobStatus]:
-    return admin_of(request).jobs.list(kind)
+async def list_jobs(request: Request[Any, Any, Any]) -> list[JobStatus]:
+    return admin_of(request).jobs.list(request.query_params.get("kind"))
 
 
 @get("/admin/api/jobs/{job_id:str}", guards=[admin_guard])
-async def get_job(request: Request[Any, Any, Any], job_id: str) -> JobStatus:
+async def get_job(request: Request[Any, Any, Any]) -> JobStatus:
+    job_id = request.path_params["job_id"]
     job = admin_of(request).jobs.get(job_id)
     if job is None:
         raise NotFound(f"no job {job_id!r}", param="job_id")

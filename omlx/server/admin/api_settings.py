@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import typing
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, get, post, put
+from litestar.params import Body
 
 from omlx.errors import InvalidRequest
 from omlx.schemas.admin import PasswordUpdate, SettingRow, SettingsView, SettingUpdate
@@ -103,7 +104,9 @@ async def settings_view(request: Request[Any, Any, Any]) -> SettingsView:
 
 
 @put("/admin/api/settings", guards=[admin_guard])
-async def settings_update(request: Request[Any, Any, Any], data: SettingUpdate) -> SettingRow:
+async def settings_update(
+    request: Request[Any, Any, Any], data: Annotated[SettingUpdate, Body()]
+) -> SettingRow:
     admin = admin_of(request)
     if data.key == "admin.password_hash":
         raise InvalidRequest("set the admin password with its own form", param=data.key)
@@ -121,7 +124,9 @@ async def settings_update(request: Request[Any, Any, Any], data: SettingUpdate) 
 
 
 @post("/admin/api/settings/password", guards=[admin_guard], status_code=200)
-async def password_update(request: Request[Any, Any, Any], data: PasswordUpdate) -> SettingRow:
+async def password_update(
+    request: Request[Any, Any, Any], data: Annotated[PasswordUpdate, Body()]
+) -> SettingRow:
     """Hash and store the admin password (empty: remove it)."""
     admin = admin_of(request)
     if data.password and len(data.password) < MIN_PASSWORD_CHARS:

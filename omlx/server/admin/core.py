@@ -12,8 +12,8 @@ from litestar.exceptions import PermissionDeniedException
 from litestar.handlers.base import BaseRouteHandler
 from litestar.middleware import DefineMiddleware
 
-from omlx.engine.api import CacheAdmin, ModelPool, ModelCatalog
-from omlx.errors import Unauthorized
+from omlx.engine.api import CacheAdmin, ModelCatalog, ModelPool
+from omlx.errors import InvalidRequest, Unauthorized
 from omlx.server.admin.access import (
     SAFE_METHODS,
     AdminSessionMiddleware,
@@ -121,6 +121,17 @@ def require_session(request: ASGIConnection[Any, Any, Any, Any]) -> Session | No
     if request.scope.get("method") not in SAFE_METHODS:
         raise PermissionDeniedException("no admin session: reload the page for a CSRF token")
     return None
+
+
+def query_int(params: Any, name: str, default: int) -> int:
+    """An integer query parameter; a malformed one is a 400, not a 500."""
+    raw = params.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidRequest(f"{name} must be an integer", param=name) from None
 
 
 def admin_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:

@@ -85,7 +85,8 @@ async def dashboard(request: Request[Any, Any, Any]) -> Response[Any]:
 
 
 @get("/admin/{name:str}", include_in_schema=False)
-async def page(request: Request[Any, Any, Any], name: str) -> Response[Any]:
+async def page(request: Request[Any, Any, Any]) -> Response[Any]:
+    name = request.path_params["name"]
     if name not in PAGE_TEMPLATES or name == "dashboard":
         return render(request, "not_found.html.jinja", status_code=404, page="not_found")
     extra: dict[str, Any] = {}
@@ -95,15 +96,16 @@ async def page(request: Request[Any, Any, Any], name: str) -> Response[Any]:
 
 
 @get("/admin/login", include_in_schema=False)
-async def login_form(request: Request[Any, Any, Any], next: str | None = None) -> Response[Any]:
+async def login_form(request: Request[Any, Any, Any]) -> Response[Any]:
+    next_path = request.query_params.get("next")
     admin = admin_of(request)
     mode = admin.mode()
     if mode is Mode.REFUSED:
         return _refused(request)
     session = session_of(request.scope)
     if mode is Mode.OPEN or (session is not None and session.authenticated):
-        return Redirect(_safe_next(next))
-    return _login_page(request, admin, _safe_next(next))
+        return Redirect(_safe_next(next_path))
+    return _login_page(request, admin, _safe_next(next_path))
 
 
 def _login_page(

@@ -44,7 +44,8 @@ def _load(rel: str) -> _File | None:
 
 
 @get("/admin/static/{version:str}/{rel:path}", include_in_schema=False)
-async def static_file(request: Request[Any, Any, Any], version: str, rel: str) -> Response[bytes]:
+async def static_file(request: Request[Any, Any, Any]) -> Response[bytes]:
+    version, rel = request.path_params["version"], request.path_params["rel"]
     found = _load(rel.lstrip("/"))
     if found is None:
         raise NotFound(f"no static file {rel}")

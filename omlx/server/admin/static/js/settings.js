@@ -26,6 +26,7 @@ start({
       return out;
     },
     sectionId(s) { return "section-" + s.name; },
+    sectionHref(s) { return "#section-" + s.name; },
     inputId(r) { return "setting-" + r.key.replace(".", "-"); },
     isText(r) { return !r.is_secret && !["bool", "choice"].includes(r.kind); },
     inputType(r) { return r.kind === "int" || r.kind === "float" ? "number" : "text"; },
