@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from litestar.connection import ASGIConnection
-from litestar.exceptions import PermissionDeniedException
 from litestar.handlers.base import BaseRouteHandler
 from litestar.middleware import DefineMiddleware
 
 from omlx.engine.api import CacheAdmin, ModelCatalog, ModelPool
-from omlx.errors import InvalidRequest, Unauthorized
+from omlx.errors import Forbidden, InvalidRequest, Unauthorized
 from omlx.server.admin.access import (
     SAFE_METHODS,
     AdminSessionMiddleware,
@@ -112,14 +111,14 @@ def require_session(request: ASGIConnection[Any, Any, Any, Any]) -> Session | No
     """
     mode = admin_of(request).mode()
     if mode is Mode.REFUSED:
-        raise PermissionDeniedException(REFUSED_MESSAGE)
+        raise Forbidden(REFUSED_MESSAGE)
     session = session_of(request.scope)
     if session is not None:
         return session
     if mode is Mode.LOCKED:
         raise Unauthorized("log in to the admin first")
     if request.scope.get("method") not in SAFE_METHODS:
-        raise PermissionDeniedException("no admin session: reload the page for a CSRF token")
+        raise Forbidden("no admin session: reload the page for a CSRF token")
     return None
 
 

@@ -1,31 +1,46 @@
-"""The integrations page: one card per agent tool that `omlx launch TOOL` sets up.
+"""The integrations page: one card per agent tool `omlx launch TOOL` sets up.
 
-What each tool talks to and where its configuration lives; the page shows the command.
+From omlx.integrations (the tools themselves): what each talks to, where its docs are,
+and, on this machine, whether it is installed and already pointed at omlx.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass
+
+from omlx.integrations import TOOLS
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class Tool:
+class Card:
     id: str  # the TOOL of `omlx launch TOOL`
     name: str
-    api: str  # the omlx API it uses
-    configured_in: str
+    api: str  # the omlx endpoint it uses
+    docs_url: str
+    command: str
+    installed: bool
+    configured: bool | None  # None: configured through the environment at launch only
 
-    @property
-    def command(self) -> str:
-        return f"omlx launch {self.id}"
 
-
-TOOLS = [
-    Tool("claude", "Claude Code", "Anthropic Messages", "ANTHROPIC_BASE_URL and model variables"),
-    Tool("codex", "Codex CLI", "OpenAI Responses", "~/.codex/config.toml"),
-    Tool("opencode", "OpenCode", "OpenAI Chat Completions", "~/.config/opencode/opencode.json"),
-    Tool("openclaw", "OpenClaw", "OpenAI Chat Completions", "~/.openclaw/openclaw.json"),
-    Tool("hermes", "Hermes Agent", "OpenAI Chat Completions", "~/.hermes/config.yaml"),
-    Tool("copilot", "GitHub Copilot CLI", "OpenAI Responses", "COPILOT_PROVIDER_* variables"),
-    Tool("pi", "Pi", "OpenAI Chat Completions", "~/.pi/agent/models.json"),
-]
+def cards() -> list[Card]:
+    """Blocking (PATH look-ups, a few small config reads): run it in a thread."""
+    env = dict(os.environ)
+    out = []
+    for tool in TOOLS.values():
+        info = tool.info()
+        try:
+            configured = tool.is_configured(env)
+        except Exception as e:  # a malformed config of the tool's own: say unknown
+            log.debug("integrations: cannot read %s's config: %s", tool.name, e)
+            configured = None
+        out.append(
+            Card(
+                id=info.name, name=info.display_name, api=info.api, docs_url=info.docs_url,
+                command=info.command, installed=tool.find(env) is not None, configured=configured,
+            )
+        )  # fmt: skip
+    return out

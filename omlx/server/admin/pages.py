@@ -9,6 +9,7 @@ logged without the value that was tried.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from typing import Annotated, Any
@@ -23,7 +24,7 @@ from litestar.response import Redirect
 from omlx.server.admin.access import Mode, session_of
 from omlx.server.admin.core import Admin, admin_of
 from omlx.server.admin.credentials import accepts
-from omlx.server.admin.integrations import TOOLS
+from omlx.server.admin.integrations import cards
 from omlx.server.admin.render import PAGES, render
 from omlx.server.admin.session import COOKIE
 
@@ -91,7 +92,7 @@ async def page(request: Request[Any, Any, Any]) -> Response[Any]:
         return render(request, "not_found.html.jinja", status_code=404, page="not_found")
     extra: dict[str, Any] = {}
     if name == "integrations":
-        extra["tools"] = TOOLS
+        extra["tools"] = await asyncio.to_thread(cards)
     return _page(request, name, **extra)
 
 

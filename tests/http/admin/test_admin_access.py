@@ -105,10 +105,11 @@ def test_settings_edit_lands_in_config_toml_and_bad_values_say_why(open_server) 
     logging.getLogger().setLevel(logging.WARNING)
 
 
-def test_open_mode_answers_only_loopback_host_names(open_server) -> None:
-    # A page on another site whose DNS name was rebound to 127.0.0.1 sends its own Host.
+def test_admin_refuses_a_rebound_host_name(open_server) -> None:
+    # A page on another site whose DNS name was rebound to 127.0.0.1 sends its own Host
+    # (the app's origin guard covers the admin too).
     resp = httpx.get(f"{open_server.base_url}/admin", headers={"host": "evil.example:80"})
-    assert resp.status_code == 403
+    assert resp.status_code == 403 and "omlx_session" not in resp.headers.get("set-cookie", "")
     assert httpx.get(f"{open_server.base_url}/admin", headers={"host": "localhost"}).is_success
 
 
