@@ -1,9 +1,9 @@
 """Serving at scale: aggregate decode across concurrent streams, bare generator to HTTP.
 
     python benchmarks/serving_scale.py [--shape qwen3-8b] [--dtype bfloat16]
-        [--tokenizer DIR] [--levels 1,8,32,64,128,256] [--tokens 128] [--prompt-words 170]
+        [--tokenizer DIR] [--levels 1,8,32,64,128,256] [--tokens 128] [--prompt-words 155]
         [--paths bare,engine,omlx_http,mlx_lm_http] [--trace] [--label NAME]
-        [--budget-s S] [--workdir DIR] [--smoke] [--out FILE]
+        [--py-spy BIN --profile-level N] [--budget-s S] [--workdir DIR] [--smoke] [--out FILE]
 
 The model is serving_overhead.py's: random weights of a real shape, the default model's
 tokenizer. At each level N, N distinct chat prompts (~200 tokens) start at once and each
@@ -41,6 +41,8 @@ import itertools
 import json
 import os
 import platform
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -326,6 +328,9 @@ class Run:
     emit: object  # callable(record)
     peer_args: list[str]
     max_running: int
+    label: str = ""
+    py_spy: str = ""
+    profile_level: int = 64
 
     def left(self) -> bool:
         return time.monotonic() < self.deadline
@@ -415,11 +420,36 @@ async def run_http(run: Run, path: str) -> None:
             if not run.left():
                 break
             window = TraceWindow(trace_path)
-            with window:
+            with window, _profiled(run, path, n, window.pid):
                 result = await http_level(base, name, n, run.words, run.tokens, 30 + i, eos)
             if run.trace and path == "omlx_http":
                 result["breakdown"] = window.breakdown(result["tokens"])
             run.emit({"path": path, "streams": n, **result})
+
+
+@contextlib.contextmanager
+def _profiled(run: Run, path: str, n: int, pid: int | None):
+    """py-spy (raw stacks of every thread) on `omlx serve` during one level, if asked."""
+    if not run.py_spy or path != "omlx_http" or n != run.profile_level or pid is None:
+        yield
+        return
+    out = run.work / f"pyspy-{run.label or 'run'}-{n}.txt"
+    cmd = [run.py_spy, "record", "-p", str(pid), "-o", str(out), "-f", "raw", "-r", "100",
+           "--threads", "--nonblocking"]  # fmt: skip
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    except OSError as e:  # no profiler there: measure without it
+        print(f"py-spy not started: {e}", flush=True)
+        yield
+        return
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def parse_paths(spec: str, levels: list[int]) -> dict[str, list[int]]:
@@ -443,7 +473,7 @@ def main() -> None:
     ap.add_argument("--levels", default="1,8,32,64,128,256")
     ap.add_argument("--paths", default=",".join(PATHS))
     ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--prompt-words", type=int, default=170, help="~200-token chat prompts")
+    ap.add_argument("--prompt-words", type=int, default=155, help="~200-token chat prompts")
     ap.add_argument("--max-running", type=int, default=256, help="omlx engine.max_running")
     ap.add_argument(
         "--peer-args",
@@ -452,6 +482,8 @@ def main() -> None:
     )
     ap.add_argument("--trace", action="store_true", help="step breakdown of the omlx paths")
     ap.add_argument("--label", default="", help="recorded with every line (e.g. before)")
+    ap.add_argument("--py-spy", default="", help="py-spy binary: profile omlx serve at a level")
+    ap.add_argument("--profile-level", type=int, default=64, help="the level --py-spy records")
     ap.add_argument("--budget-s", type=float, default=1e9, help="start nothing after this")
     ap.add_argument("--workdir", type=Path, help="where the model folder goes (default: tmp)")
     ap.add_argument("--smoke", action="store_true", help="tiny shape, few tokens, small levels")
@@ -509,6 +541,9 @@ def main() -> None:
         emit=emit,
         peer_args=args.peer_args.split(),
         max_running=args.max_running,
+        label=args.label,
+        py_spy=args.py_spy,
+        profile_level=args.profile_level,
     )
     for path in run.levels:
         if not run.left():
