@@ -76,12 +76,21 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
         msgspec.Meta(ge=0),
     ] = 256
     default_max_tokens: Annotated[
-        int, _doc("max_tokens when a request sets none"), msgspec.Meta(ge=1)
+        int,
+        _doc("max_tokens when a request sets none (never more than the context leaves)"),
+        msgspec.Meta(ge=1),
     ] = 2048
     step_trace: Annotated[
         str,
         _doc("Append per-step engine timings as JSON lines to this file (benchmarks; off: empty)"),
     ] = ""
+    strict_max_tokens: Annotated[
+        bool,
+        _doc(
+            "Refuse (400) a max_tokens larger than the room the prompt leaves in the "
+            "context, as OpenAI does; off = clamp it to that room (agents send 32k-64k)"
+        ),
+    ] = False
     dtype: Annotated[
         Literal["auto", "float32", "float16", "bfloat16"],
         _doc("Import dtype for the default model; auto = float32 on CPU, 4-bit kept on GPU"),

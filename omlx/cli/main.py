@@ -50,6 +50,7 @@ def _root(
 ) -> None:
     """omlx: a fast LLM inference server and toolchain built on MLX."""
 
+
 app.command("serve")(serve.serve)
 app.command("pull")(pull.pull)
 app.command("models")(models.list_models)

@@ -113,6 +113,9 @@ class Started:
     request_id: RequestId
     prompt_tokens: int
     cached_tokens: int = 0
+    # The completion budget in force: the request's max_tokens, or less when it was
+    # clamped to the room the prompt leaves in the context (None: not known here).
+    max_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -113,6 +113,7 @@ class TextEngine:
                 self._tokenizer,
                 self.spec,
                 default_max_tokens=self.settings.default_max_tokens,
+                strict_max_tokens=self.settings.strict_max_tokens,
             ),
         )
 

@@ -291,7 +291,8 @@ class EngineLoop:
                 self._trace.admitted(sub, time.monotonic())
             n = len(sub.prompt.token_ids)
             self.metrics.started(sub.request_id, n, live.cached_tokens, live.served_by)
-            self._outbox.put(sub.sink, Started(sub.request_id, n, live.cached_tokens))
+            started = Started(sub.request_id, n, live.cached_tokens, sub.prompt.max_tokens)
+            self._outbox.put(sub.sink, started)
         self.metrics.set_queued(len(self._waiting))
 
     def _insert(self, sub: Submission) -> Live:

@@ -72,7 +72,8 @@ ContentBlock = (
 
 
 class MessageParam(Struct, kw_only=True):
-    role: Literal["user", "assistant"]
+    # "system" mid-conversation: Claude Code sends it; the template decides how it renders.
+    role: Literal["user", "assistant", "system"]
     content: str | list[ContentBlock]
 
 

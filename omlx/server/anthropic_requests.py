@@ -53,6 +53,13 @@ def _text_of(blocks: str | list[an.TextBlock]) -> str:
     return blocks if isinstance(blocks, str) else "\n".join(b.text for b in blocks)
 
 
+def _system_text(blocks: list[Any]) -> str:
+    texts = [b.text for b in blocks if isinstance(b, an.TextBlock)]
+    if len(texts) != len(blocks):
+        raise InvalidRequest("a system message holds text blocks only", param="messages")
+    return "\n".join(texts)
+
+
 def _image_part(block: an.ImageBlock) -> dict[str, Any]:
     source = block.source
     if source.type == "base64":
@@ -159,6 +166,8 @@ def chat_messages(body: an.CountTokensRequest) -> list[ChatMessage]:
     for message in body.messages:
         if isinstance(message.content, str):
             out.append(ChatMessage(role=message.role, content=message.content))
+        elif message.role == "system":
+            out.append(ChatMessage(role="system", content=_system_text(message.content)))
         elif message.role == "user":
             out.extend(_user_messages(message.content))
         else:

@@ -54,6 +54,7 @@ def note_event(record_from: GenerationEvent) -> None:
     if isinstance(record_from, Started):
         record.prompt_tokens = record_from.prompt_tokens
         record.cached_tokens = record_from.cached_tokens
+        record.max_tokens = record_from.max_tokens
     elif isinstance(record_from, Token):
         # Counted as they stream: a client that goes away never sees the Done event.
         record.completion_tokens += len(record_from.token_ids)
@@ -72,6 +73,7 @@ def begin(request: Request[Any, Any, Any], gen: GenerationRequest) -> EventStrea
     record = current_record()
     record.request_id = gen.request_id
     record.model = gen.model
+    record.requested_max_tokens = gen.max_tokens
     return EventStream(pool_of(request), gen)
 
 

@@ -142,7 +142,7 @@ def chat_generation_request(
         request_id=request_id,
         model=resolve_model(body.model, settings),
         messages=[_chat_message(m) for m in body.messages],
-        max_tokens=max_tokens or settings.engine.default_max_tokens,
+        max_tokens=max_tokens,  # unset: the engine fits its default to the room left
         stop=_stop_list(body.stop),
         sampling=sampling_params(body, logprobs=body.logprobs, top_logprobs=body.top_logprobs or 0),
         tools=[msgspec.to_builtins(t) for t in body.tools] if body.tools else None,
@@ -190,7 +190,7 @@ def completion_generation_request(
         model=resolve_model(body.model, settings),
         prompt=text,
         prompt_token_ids=token_ids,
-        max_tokens=body.max_tokens or settings.engine.default_max_tokens,
+        max_tokens=body.max_tokens,
         stop=_stop_list(body.stop),
         sampling=sampling_params(
             body, logprobs=body.logprobs is not None, top_logprobs=body.logprobs or 0

@@ -34,6 +34,8 @@ class RequestRecord:
     cached_tokens: int = 0
     finish: str = "-"  # the engine's finish reason, "disconnected" or "error"
     served_by: str = "-"  # which engine path served it: batch or dflash
+    requested_max_tokens: int | None = None
+    max_tokens: int | None = None  # in force; less than requested when clamped to the context
 
 
 # Status logged for a request whose client left before any response was sent (nginx's).
@@ -141,10 +143,16 @@ def _log_line(scope: Any, record: RequestRecord, status: int, duration_s: float)
     level = logging.DEBUG if quiet else logging.INFO
     if not log.isEnabledFor(level):
         return
+    clamped = ""
+    if record.max_tokens is not None and record.requested_max_tokens not in (
+        None,
+        record.max_tokens,
+    ):  # an agent asked for more than the context leaves
+        clamped = f" max_tokens={record.requested_max_tokens}->{record.max_tokens}"
     log.log(
         level,
         "%s %s model=%s status=%d prompt_tokens=%d completion_tokens=%d "
-        "cached_tokens=%d finish=%s served_by=%s duration_ms=%.0f",
+        "cached_tokens=%d finish=%s served_by=%s duration_ms=%.0f%s",
         escape_control(scope.get("method", "-")),
         escape_control(path),
         escape_control(record.model),
@@ -155,4 +163,5 @@ def _log_line(scope: Any, record: RequestRecord, status: int, duration_s: float)
         record.finish,
         record.served_by,
         duration_s * 1000,
+        clamped,
     )

@@ -210,7 +210,6 @@ def generation_request(
     model: str,
     request_id: RequestId,
     history: list[ChatMessage],
-    max_tokens: int,
 ) -> tuple[GenerationRequest, list[ChatMessage]]:
     """The request, and the conversation (history + this input) to store with its answer."""
     conversation = [*history, *input_messages(body)]
@@ -230,7 +229,7 @@ def generation_request(
         request_id=request_id,
         model=model,
         messages=messages,
-        max_tokens=body.max_output_tokens or max_tokens,
+        max_tokens=body.max_output_tokens,  # unset: the engine fits its default
         sampling=sampling,
         tools=_tools(body.tools),
         tool_choice=_tool_choice(body.tool_choice),

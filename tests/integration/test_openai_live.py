@@ -172,3 +172,19 @@ def test_smollm2_knows_the_capital_of_france(request: pytest.FixtureRequest) -> 
             temperature=0,
         )
     assert "paris" in r.choices[0].message.content.lower()
+
+
+def test_a_long_prompt_without_max_tokens_gets_the_room_left(
+    client: openai.OpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """3,000 of 4,096 tokens: no fixed default of 2048 is filled in over HTTP, and an
+    agent's max_tokens past the context is clamped to the room left (and logged)."""
+    prompt = [100] * 3000
+    unset = client.completions.create(model="tiny", prompt=prompt, temperature=0)
+    assert unset.usage.prompt_tokens == 3000 and unset.usage.completion_tokens >= 1
+    caplog.set_level("INFO", logger="omlx.server.access")
+    big = client.completions.create(
+        model="tiny", prompt=[100] * 4090, max_tokens=64000, temperature=0
+    )
+    assert 1 <= big.usage.completion_tokens <= 6
+    assert "max_tokens=64000->6" in caplog.text

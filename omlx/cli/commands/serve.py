@@ -133,8 +133,7 @@ def run_server(settings: Settings, loaded: LoadedSettings | None = None) -> None
         raise
     host, port = sock.getsockname()[:2]
     console.print(
-        f"omlx serving at http://{_url_host(host)}:{port} "
-        f"(default model: {default}; Ctrl-C stops)",
+        f"omlx serving at http://{_url_host(host)}:{port} (default model: {default}; Ctrl-C stops)",
         highlight=False,
     )
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the

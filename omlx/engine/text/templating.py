@@ -3,9 +3,9 @@
 Message normalisation, tool_choice and the context check are pure. The tokenizer's
 `apply_chat_template`/`encode` run on the engine's tokenizer worker, never on the loop.
 
-Context rule: the prompt must leave room for at least one generated token. An explicit
-`max_tokens` that does not fit beside the prompt is rejected (as OpenAI does); an unset
-one is clamped to what is left of the context.
+Context rule: the prompt must leave room for at least one generated token. A `max_tokens`
+larger than what is left of the context is clamped to it (agents ask for 32k-64k whatever
+the model), or rejected as OpenAI does with `engine.strict_max_tokens`.
 """
 
 from __future__ import annotations
@@ -175,16 +175,59 @@ def render_chat(
     elif tools:
         messages = inline_tools(messages, tools)
     try:
-        text = tokenizer.apply_chat_template(
-            messages,
-            tokenize=False,
-            add_generation_prompt=request.add_generation_prompt,
-            **kwargs,
-        )
+        text = _apply(tokenizer, messages, request.add_generation_prompt, kwargs)
     except Exception as e:  # template errors are the request's fault (bad roles, order)
-        raise InvalidRequest(f"the chat template rejected the messages: {e}") from None
+        folded = fold_late_system(messages)
+        if folded == messages:
+            raise InvalidRequest(f"the chat template rejected the messages: {e}") from None
+        # Many templates allow a system message only first (Qwen) or roles that strictly
+        # alternate (Gemma); clients such as Claude Code send system turns mid-conversation.
+        try:
+            text = _apply(tokenizer, folded, request.add_generation_prompt, kwargs)
+        except Exception as e2:
+            raise InvalidRequest(f"the chat template rejected the messages: {e2}") from None
     ids = tokenizer.encode(text, add_special_tokens=False)
     return text, ids, bool(tools)
+
+
+def _apply(
+    tokenizer: ChatTokenizer,
+    messages: list[dict[str, Any]],
+    add_generation_prompt: bool,
+    kwargs: dict[str, Any],
+) -> str:
+    return tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
+    )
+
+
+def fold_late_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """System messages after the leading ones become part of a user turn: merged into the
+    next user message (else the previous one), so user/assistant turns still alternate."""
+    lead = 0
+    while lead < len(messages) and messages[lead]["role"] == "system":
+        lead += 1
+    out = messages[:lead]
+    pending: list[str] = []
+    for m in messages[lead:]:
+        if m["role"] == "system":
+            pending.append(str(m.get("content") or ""))
+            continue
+        if pending and m["role"] == "user":
+            m = {**m, "content": "\n\n".join([*pending, str(m.get("content") or "")])}
+            pending = []
+        elif pending and out and out[-1]["role"] == "user":
+            joined = "\n\n".join([str(out[-1].get("content") or ""), *pending])
+            out[-1] = {**out[-1], "content": joined}
+            pending = []
+        out.append(m)
+    if pending:
+        if out and out[-1]["role"] == "user":
+            joined = "\n\n".join([str(out[-1].get("content") or ""), *pending])
+            out[-1] = {**out[-1], "content": joined}
+        else:
+            out.append({"role": "user", "content": "\n\n".join(pending)})
+    return out
 
 
 def _template_kwargs(request: GenerationRequest) -> dict[str, Any]:
@@ -206,6 +249,7 @@ def prepare_prompt(
     spec: ModelSpec,
     *,
     default_max_tokens: int,
+    strict_max_tokens: bool = False,
 ) -> PreparedPrompt:
     """Token ids, the generation budget and the parser hints of one request."""
     text, tools_enabled = None, False
@@ -220,7 +264,9 @@ def prepare_prompt(
     thinking = _template_kwargs(request).get("enable_thinking")
     return PreparedPrompt(
         token_ids=ids,
-        max_tokens=fit_max_tokens(len(ids), request.max_tokens, spec, default_max_tokens),
+        max_tokens=fit_max_tokens(
+            len(ids), request.max_tokens, spec, default_max_tokens, strict=strict_max_tokens
+        ),
         text=text,
         tools_enabled=tools_enabled,
         thinking=None if thinking is None else bool(thinking),
@@ -229,8 +275,15 @@ def prepare_prompt(
 
 
 def fit_max_tokens(
-    num_prompt: int, requested: int | None, spec: ModelSpec, default_max_tokens: int
+    num_prompt: int,
+    requested: int | None,
+    spec: ModelSpec,
+    default_max_tokens: int,
+    *,
+    strict: bool = False,
 ) -> int:
+    """The completion budget: what was asked for (default when unset), at most the room
+    the prompt leaves in the context; `strict` refuses an explicit ask that does not fit."""
     ctx = spec.context_length
     if ctx is None:
         return requested or default_max_tokens
@@ -240,13 +293,14 @@ def fit_max_tokens(
             f"{num_prompt} tokens. Shorten the prompt.",
             param="messages",
         )
+    room = ctx - num_prompt
     if requested is None:
-        return min(default_max_tokens, ctx - num_prompt)
-    if num_prompt + requested > ctx:
+        return min(default_max_tokens, room)
+    if requested > room and strict:
         raise ContextTooLong(
             f"This model's maximum context length is {ctx} tokens, but {num_prompt + requested}"
             f" tokens were requested ({num_prompt} in the prompt, {requested} for the "
             "completion). Shorten the prompt or lower max_tokens.",
             param="max_tokens",
         )
-    return requested
+    return min(requested, room)

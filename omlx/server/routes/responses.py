@@ -42,9 +42,7 @@ async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
     store = store_of(request)
     model = resolve_model(body.model, settings, pool_of(request).list_models())
     history = store.conversation(body.previous_response_id) if body.previous_response_id else []
-    gen, conversation = generation_request(
-        body, model, new_request_id("resp"), history, settings.engine.default_max_tokens
-    )
+    gen, conversation = generation_request(body, model, new_request_id("resp"), history)
     response_id = new_id("resp")
     stream = begin(request, gen)
     if not body.stream:

@@ -62,6 +62,8 @@ def test_stop_and_max_tokens_reach_the_engine(client: openai.OpenAI, pool: FakeM
     assert pool.requests[-1].max_tokens == 9
 
 
-def test_default_max_tokens_from_settings(client: openai.OpenAI, pool: FakeModelPool) -> None:
+def test_unset_max_tokens_is_left_to_the_engine(client: openai.OpenAI, pool: FakeModelPool) -> None:
+    # The engine fits engine.default_max_tokens to the room the prompt leaves; a fixed
+    # 2048 filled in here would turn a 3,000-token prompt on a 4,096 model into a 400.
     client.completions.create(model="fake-model", prompt="x")
-    assert pool.requests[-1].max_tokens == 2048
+    assert pool.requests[-1].max_tokens is None

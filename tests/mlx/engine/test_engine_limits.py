@@ -75,16 +75,32 @@ def test_context_too_long_names_both_numbers(tiny_dir):
     async def body(pool):
         with pytest.raises(ContextTooLong) as too_long:
             await collect(pool, request(prompt_token_ids=[100] * 5000))
+        clamped = await collect(pool, request(prompt_token_ids=[100] * 4090, max_tokens=None))
+        return str(too_long.value), clamped
+
+    too_long, clamped = run_with_pool(tiny_dir, body)
+    assert "4096" in too_long and "5000" in too_long
+    # Without max_tokens the budget is what is left of the context.
+    assert clamped.started.max_tokens == 6
+    assert clamped.done.completion_tokens <= 6
+
+
+def test_max_tokens_past_the_context_is_clamped_or_refused_when_strict(tiny_dir):
+    """Agents ask for 16k-64k whatever the model: by default they get the room left."""
+
+    async def clamp(pool):
+        return await collect(pool, request(prompt_token_ids=[100] * 4090, max_tokens=64000))
+
+    async def strict(pool):
         with pytest.raises(ContextTooLong) as no_room:
             await collect(pool, request(prompt_token_ids=[100] * 100, max_tokens=4000))
-        clamped = await collect(pool, request(prompt_token_ids=[100] * 4090, max_tokens=None))
-        return str(too_long.value), str(no_room.value), clamped
+        return str(no_room.value)
 
-    too_long, no_room, clamped = run_with_pool(tiny_dir, body)
-    assert "4096" in too_long and "5000" in too_long
+    clamped = run_with_pool(tiny_dir, clamp)
+    assert clamped.started.max_tokens == 6  # 4096 - 4090
+    assert 1 <= clamped.done.completion_tokens <= 6
+    no_room = run_with_pool(tiny_dir, strict, strict_max_tokens=True)
     assert "4096" in no_room and "4100" in no_room
-    # Without max_tokens the budget is what is left of the context.
-    assert clamped.done.completion_tokens <= 6
 
 
 def test_unknown_model_is_model_not_found(tiny_dir):

@@ -87,8 +87,10 @@ def test_fit_max_tokens_rules():
     spec = ModelSpec("m", context_length=100)
     assert fit_max_tokens(90, None, spec, 2048) == 10  # unset: clamped
     assert fit_max_tokens(90, 10, spec, 2048) == 10
+    assert fit_max_tokens(90, 64000, spec, 2048) == 10  # clamped to the room left
+    assert fit_max_tokens(90, 10, spec, 2048, strict=True) == 10
     with pytest.raises(ContextTooLong, match=r"100 tokens.*\b101\b"):
-        fit_max_tokens(90, 11, spec, 2048)
+        fit_max_tokens(90, 11, spec, 2048, strict=True)
     with pytest.raises(ContextTooLong, match=r"100 tokens.*\b100 tokens"):
         fit_max_tokens(100, None, spec, 2048)
 
