@@ -84,6 +84,14 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
         str,
         _doc("Append per-step engine timings as JSON lines to this file (benchmarks; off: empty)"),
     ] = ""
+    max_output_tokens: Annotated[
+        int,
+        _doc(
+            "Largest completion of any request (larger max_tokens are clamped); also the "
+            "output limit `omlx launch` writes into agents' configs. 0 = only the context"
+        ),
+        msgspec.Meta(ge=0),
+    ] = 0
     strict_max_tokens: Annotated[
         bool,
         _doc(

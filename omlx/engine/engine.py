@@ -114,6 +114,7 @@ class TextEngine:
                 self.spec,
                 default_max_tokens=self.settings.default_max_tokens,
                 strict_max_tokens=self.settings.strict_max_tokens,
+                max_output_tokens=self.settings.max_output_tokens,
             ),
         )
 

@@ -21,6 +21,10 @@ class ModelStatus(Struct, kw_only=True):
     ttl_s: float | None = None  # idle time before an automatic unload; None = never
     ttl_left_s: float | None = None
     in_flight: int = 0
+    # Chat models: the context window, and the completion budget clients should plan for
+    # (what `omlx launch` writes into agents' configs).
+    context_length: int | None = None
+    max_output_tokens: int | None = None
 
 
 class PoolStatus(Struct, kw_only=True):

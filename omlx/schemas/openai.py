@@ -289,7 +289,9 @@ class ModelCard(Struct, kw_only=True):
     type: str = "llm"
     status: Literal["loaded", "available"] = "available"
     pinned: bool = False
+    # The context window, under the names clients probe for (vLLM's max_model_len).
     context_length: int | None = None
+    max_model_len: int | None = None
 
 
 class ModelList(Struct, kw_only=True):

@@ -35,13 +35,39 @@ def resolve_model(name: str, settings: Settings, models: list[ModelInfo]) -> str
     return name
 
 
-class TokenScale:
-    """Reported counts scaled by target context window / the model's real one."""
+# A client may ask for scaling per request (`omlx launch claude` sets it through Claude
+# Code's ANTHROPIC_CUSTOM_HEADERS); it wins over agents.context_window_tokens.
+CONTEXT_WINDOW_HEADER = "x-omlx-context-window"
 
-    def __init__(self, settings: Settings, model: str, models: list[ModelInfo]) -> None:
-        target = settings.agents.context_window_tokens
+
+def context_window_override(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        window = int(value.strip())
+    except ValueError:
+        window = 0
+    if window < 1:
+        raise InvalidRequest(
+            f"header {CONTEXT_WINDOW_HEADER} must be a positive token count, got {value!r}"
+        )
+    return window
+
+
+class TokenScale:
+    """Reported counts scaled by target context window / the model's real one, when the
+    model's window is the smaller: the client then compacts when the real one fills."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        model: str,
+        models: list[ModelInfo],
+        target_tokens: int | None = None,
+    ) -> None:
+        target = target_tokens or settings.agents.context_window_tokens
         real = next((m.context_length for m in models if m.id == model), None)
-        self.factor = target / real if target and real else 1.0
+        self.factor = target / real if target and real and target > real else 1.0
 
     def __call__(self, num_tokens: int) -> int:
         if self.factor == 1.0:

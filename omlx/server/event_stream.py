@@ -115,6 +115,9 @@ class EventStream:
             self.is_finished = True
         return event
 
+    def model_is_loaded(self) -> bool:
+        return any(m.id == self.request.model and m.loaded for m in self._pool.list_models())
+
     def push_back(self, event: Item) -> None:
         self._pending.insert(0, event)
         if isinstance(event, Done | Failed):

@@ -78,8 +78,13 @@ def begin(request: Request[Any, Any, Any], gen: GenerationRequest) -> EventStrea
 
 
 async def admit(stream: EventStream) -> None:
-    """Wait briefly for the first event; raise the request's error if it failed at once."""
-    first = await stream.next(ADMISSION_WAIT_S)
+    """Wait briefly for the first event; raise the request's error if it failed at once.
+
+    While the model is still to be loaded the wait lasts until the first event: the
+    request is validated only once the model (its tokenizer, its context) is there, and
+    a bad request must get its 400, not an HTTP 200 stream holding an error event.
+    """
+    first = await stream.next(ADMISSION_WAIT_S if stream.model_is_loaded() else None)
     if first is None:
         return
     if isinstance(first, Failed):

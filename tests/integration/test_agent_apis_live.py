@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -127,3 +128,72 @@ def test_responses_api_with_previous_response_id(live: LiveServer) -> None:
     assert events[0].type == "response.created"
     assert events[-1].type in ("response.completed", "response.incomplete")
     assert events[-1].response.output_text == first.output_text
+
+
+def test_system_messages_inside_messages_are_accepted(client: anthropic.Anthropic) -> None:
+    """Claude Code sends `role: system` turns mid-conversation (message and count)."""
+    request = {
+        "model": "tiny",
+        "system": "You are terse.",
+        "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello."},
+            {"role": "system", "content": [{"type": "text", "text": "Reminder: be brief."}]},
+            {"role": "user", "content": "Go on."},
+        ],
+    }
+    counted = client.messages.count_tokens(**request)
+    message = client.messages.create(max_tokens=3, extra_body=GREEDY, **request)
+    usage = message.usage
+    assert usage.input_tokens + usage.cache_read_input_tokens == counted.input_tokens
+    assert counted.input_tokens > 20
+
+
+def test_context_window_header_scales_reported_counts(live: LiveServer) -> None:
+    base = anthropic.Anthropic(base_url=live.base_url, api_key="x", max_retries=0)
+    request = {"model": "tiny", "messages": [{"role": "user", "content": "Count me."}]}
+    real = base.messages.count_tokens(**request).input_tokens
+    scaled = base.messages.count_tokens(
+        **request,
+        extra_headers={"x-omlx-context-window": "40960"},  # the model has 4096
+    ).input_tokens
+    assert scaled == real * 10
+    bad = httpx.post(
+        f"{live.base_url}/v1/messages/count_tokens",
+        json=request,
+        headers={"x-omlx-context-window": "lots"},
+    )
+    assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_streamed_request_that_fails_validation_while_the_model_loads_is_a_plain_400(
+    tiny_qwen3_dir: Path,
+) -> None:
+    settings = Settings(engine=EngineSettings(default_model="tiny"))
+    pool = LocalModelPool(settings, models={"tiny": tiny_qwen3_dir})
+    app = create_app(pool, settings, close_pool_on_shutdown=True)
+    too_long = "word " * 6000  # past the tiny model's 4,096-token window
+    with running_server(app, settings) as server:
+        body = {
+            "model": "tiny",
+            "max_tokens": 8,
+            "stream": True,
+            "messages": [{"role": "user", "content": too_long}],
+        }
+        r = httpx.post(f"{server.base_url}/v1/messages", json=body, timeout=120)
+    assert r.status_code == 400, r.text[:300]
+    assert r.headers["content-type"].startswith("application/json")
+    assert r.json()["error"]["type"] == "invalid_request_error"
+    assert "4096" in r.json()["error"]["message"]
+
+
+def test_models_report_their_window_where_agents_look(live: LiveServer) -> None:
+    models = httpx.get(f"{live.base_url}/v1/models").json()["data"]
+    card = next(m for m in models if m["id"] == "tiny")
+    assert card["context_length"] == card["max_model_len"] == 4096
+    one = httpx.get(f"{live.base_url}/v1/models/tiny").json()
+    assert one["max_model_len"] == 4096  # Hermes Agent reads /v1/models/{id}
+    status = httpx.get(f"{live.base_url}/v1/models/status").json()["data"]
+    row = next(m for m in status if m["id"] == "tiny")
+    assert row["context_length"] == 4096 and row["max_output_tokens"] == 1024
+    assert httpx.get(f"{live.base_url}/version").json()["version"]

@@ -250,6 +250,7 @@ def prepare_prompt(
     *,
     default_max_tokens: int,
     strict_max_tokens: bool = False,
+    max_output_tokens: int = 0,
 ) -> PreparedPrompt:
     """Token ids, the generation budget and the parser hints of one request."""
     text, tools_enabled = None, False
@@ -265,7 +266,12 @@ def prepare_prompt(
     return PreparedPrompt(
         token_ids=ids,
         max_tokens=fit_max_tokens(
-            len(ids), request.max_tokens, spec, default_max_tokens, strict=strict_max_tokens
+            len(ids),
+            request.max_tokens,
+            spec,
+            default_max_tokens,
+            strict=strict_max_tokens,
+            cap_tokens=max_output_tokens,
         ),
         text=text,
         tools_enabled=tools_enabled,
@@ -281,12 +287,15 @@ def fit_max_tokens(
     default_max_tokens: int,
     *,
     strict: bool = False,
+    cap_tokens: int = 0,
 ) -> int:
     """The completion budget: what was asked for (default when unset), at most the room
-    the prompt leaves in the context; `strict` refuses an explicit ask that does not fit."""
+    the prompt leaves in the context and `cap_tokens` (0: no cap); `strict` refuses an
+    explicit ask that does not fit the context."""
     ctx = spec.context_length
     if ctx is None:
-        return requested or default_max_tokens
+        budget = requested or default_max_tokens
+        return min(budget, cap_tokens) if cap_tokens else budget
     if num_prompt >= ctx:
         raise ContextTooLong(
             f"This model's maximum context length is {ctx} tokens, but the prompt has "
@@ -294,6 +303,8 @@ def fit_max_tokens(
             param="messages",
         )
     room = ctx - num_prompt
+    if cap_tokens:
+        room = min(room, cap_tokens)
     if requested is None:
         return min(default_max_tokens, room)
     if requested > room and strict:

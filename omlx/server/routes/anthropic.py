@@ -16,7 +16,9 @@ from omlx.server.anthropic_render import (
     new_message_id,
 )
 from omlx.server.anthropic_requests import (
+    CONTEXT_WINDOW_HEADER,
     TokenScale,
+    context_window_override,
     count_request,
     generation_request,
     resolve_model,
@@ -45,7 +47,7 @@ async def create_message(request: Request[Any, Any, Any]) -> Response[Any]:
     body = await read_json(request, an.MessagesRequest, images=True)
     models = pool_of(request).list_models()
     model = resolve_model(body.model, settings, models)
-    scale = TokenScale(settings, model, models)
+    scale = TokenScale(settings, model, models, _window(request))
     message_id = new_message_id()
     gen = generation_request(body, model, new_request_id("msg"))
     stream = begin(request, gen)
@@ -64,7 +66,12 @@ async def count_tokens(request: Request[Any, Any, Any]) -> an.CountTokensRespons
     models = pool.list_models()
     model = resolve_model(body.model, settings, models)
     num_tokens = await pool.count_tokens(count_request(body, model, new_request_id("count")))
-    return an.CountTokensResponse(input_tokens=TokenScale(settings, model, models)(num_tokens))
+    scale = TokenScale(settings, model, models, _window(request))
+    return an.CountTokensResponse(input_tokens=scale(num_tokens))
+
+
+def _window(request: Request[Any, Any, Any]) -> int | None:
+    return context_window_override(request.headers.get(CONTEXT_WINDOW_HEADER))
 
 
 def _stream(stream: EventStream, settings: Settings, streamer: MessageStreamer) -> Any:

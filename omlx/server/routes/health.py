@@ -17,4 +17,11 @@ async def health() -> dict[str, Any]:
     return {"status": "ok", "version": __version__}
 
 
-ROUTES = [health]
+@get("/version")
+async def version() -> dict[str, Any]:
+    """The version under the path local-server clients probe (vLLM's): Hermes Agent asks
+    it to learn what serves it, then reads windows from /v1/models/{id}."""
+    return {"version": __version__, "server": "omlx"}
+
+
+ROUTES = [health, version]

@@ -8,15 +8,25 @@ from litestar import Request, get, post
 
 from omlx.errors import InvalidRequest
 from omlx.schemas.models import ModelActionResult, PoolStatus
-from omlx.server.generation import pool_of
+from omlx.server.generation import pool_of, settings_of
+from omlx.server.model_limits import advised_output_tokens
 
 ACTIONS = ("load", "unload", "pin", "unpin")
 Action = Literal["load", "unload", "pin", "unpin"]
+CHAT_TYPES = ("llm", "vlm")
 
 
 @get("/v1/models/status", opt={"dialect": "openai"})
 async def models_status(request: Request[Any, Any, Any]) -> PoolStatus:
-    return pool_of(request).status()
+    pool = pool_of(request)
+    status = pool.status()
+    windows = {m.id: m.context_length for m in pool.list_models()}
+    engine = settings_of(request).engine
+    for row in status.data:
+        if row.type in CHAT_TYPES:
+            row.context_length = windows.get(row.id)
+            row.max_output_tokens = advised_output_tokens(row.context_length, engine)
+    return status
 
 
 # Model ids may hold "/" (org/name), so the action is the path's last segment.

@@ -20,6 +20,7 @@ def model_card(info: ModelInfo) -> ModelCard:
         status="loaded" if info.loaded else "available",
         pinned=info.pinned,
         context_length=info.context_length,
+        max_model_len=info.context_length,
     )
 
 

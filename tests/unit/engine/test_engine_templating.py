@@ -13,6 +13,7 @@ from omlx.engine.text.templating import (
     apply_tool_choice,
     context_length,
     fit_max_tokens,
+    fold_late_system,
     normalize_messages,
     prepare_prompt,
 )
@@ -157,3 +158,54 @@ def test_pure_modules_import_without_mlx():
         "import omlx.engine.engine, omlx.pool.pool\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+FOLD_CASES = [
+    # (roles and contents in, roles and contents out)
+    (
+        [("system", "S"), ("user", "u1"), ("assistant", "a1"), ("system", "late"), ("user", "u2")],
+        [("system", "S"), ("user", "u1"), ("assistant", "a1"), ("user", "late\n\nu2")],
+    ),
+    (
+        [("user", "u1"), ("system", "late")],
+        [("user", "u1\n\nlate")],
+    ),
+    (
+        [("system", "S"), ("assistant", "a"), ("system", "late")],
+        [("system", "S"), ("assistant", "a"), ("user", "late")],
+    ),
+    ([("system", "S1"), ("system", "S2"), ("user", "u")], None),  # leading ones stay
+]
+
+
+@pytest.mark.parametrize(("given", "expected"), FOLD_CASES)
+def test_fold_late_system(given, expected):
+    messages = [{"role": r, "content": c} for r, c in given]
+    folded = fold_late_system(messages)
+    assert [(m["role"], m["content"]) for m in folded] == (expected or given)
+
+
+class FirstSystemOnlyTokenizer(FakeTokenizer):
+    """Refuses a system message that is not first, as Qwen's templates do."""
+
+    def apply_chat_template(self, messages, **kw):
+        if any(m["role"] == "system" for m in messages[1:]):
+            raise ValueError("System message must be at the beginning.")
+        return super().apply_chat_template(messages, **kw)
+
+
+def test_a_late_system_message_is_folded_when_the_template_refuses_it():
+    req = _req(
+        messages=[
+            ChatMessage("system", "S"),
+            ChatMessage("user", "hi"),
+            ChatMessage("assistant", "yo"),
+            ChatMessage("system", "reminder"),
+            ChatMessage("user", "go"),
+        ]
+    )
+    spec = ModelSpec("m", context_length=1000)
+    text = prepare_prompt(req, FirstSystemOnlyTokenizer(), spec, default_max_tokens=5).text
+    assert text == "<system>S<user>hi<assistant>yo<user>reminder\n\ngo<|assistant|>"
+    as_is = prepare_prompt(req, FakeTokenizer(), spec, default_max_tokens=5).text
+    assert "<system>reminder" in as_is  # a template that allows it renders it as system
