@@ -6,7 +6,7 @@ _omlx() {
     for ((i = 1; i < COMP_CWORD; i++)); do
         w="${COMP_WORDS[i]}"
         case "$cmd $w" in
-            "omlx serve"|"omlx pull"|"omlx models"|"omlx pin"|"omlx unpin"|"omlx bench"|"omlx dflash-bench"|"omlx top"|"omlx completions"|"omlx cache"|"omlx config"|"omlx launch"|"omlx cache inspect"|"omlx cache clear"|"omlx config show"|"omlx config set"|"omlx launch list"|"omlx launch claude"|"omlx launch codex"|"omlx launch opencode"|"omlx launch openclaw"|"omlx launch hermes"|"omlx launch copilot"|"omlx launch pi") cmd="$cmd $w" ;;
+            "omlx serve"|"omlx pull"|"omlx models"|"omlx pin"|"omlx unpin"|"omlx bench"|"omlx dflash-bench"|"omlx top"|"omlx completions"|"omlx cache"|"omlx draft"|"omlx config"|"omlx launch"|"omlx cache inspect"|"omlx cache clear"|"omlx draft train"|"omlx config show"|"omlx config set"|"omlx launch list"|"omlx launch claude"|"omlx launch codex"|"omlx launch opencode"|"omlx launch openclaw"|"omlx launch hermes"|"omlx launch copilot"|"omlx launch pi") cmd="$cmd $w" ;;
         esac
     done
     case "$cmd $prev" in
@@ -46,6 +46,32 @@ _omlx() {
         "omlx cache inspect --model"|"omlx cache inspect -m") COMPREPLY=(); return ;;
         "omlx cache clear --model"|"omlx cache clear -m") COMPREPLY=(); return ;;
         "omlx cache clear --tier") COMPREPLY=(); return ;;
+        "omlx draft train --target") COMPREPLY=(); return ;;
+        "omlx draft train --out") COMPREPLY=(); return ;;
+        "omlx draft train --prompts") COMPREPLY=(); return ;;
+        "omlx draft train --max-prompts") COMPREPLY=(); return ;;
+        "omlx draft train --max-new-tokens") COMPREPLY=(); return ;;
+        "omlx draft train --sampled") COMPREPLY=(); return ;;
+        "omlx draft train --sample-temperature") COMPREPLY=(); return ;;
+        "omlx draft train --gen-batch") COMPREPLY=(); return ;;
+        "omlx draft train --data-dir") COMPREPLY=(); return ;;
+        "omlx draft train --layers") COMPREPLY=(); return ;;
+        "omlx draft train --intermediate-size") COMPREPLY=(); return ;;
+        "omlx draft train --heads") COMPREPLY=(); return ;;
+        "omlx draft train --block-size") COMPREPLY=(); return ;;
+        "omlx draft train --target-layers") COMPREPLY=(); return ;;
+        "omlx draft train --steps") COMPREPLY=(); return ;;
+        "omlx draft train --time-budget") COMPREPLY=(); return ;;
+        "omlx draft train --batch-size") COMPREPLY=(); return ;;
+        "omlx draft train --anchors") COMPREPLY=(); return ;;
+        "omlx draft train --lr") COMPREPLY=(); return ;;
+        "omlx draft train --warmup") COMPREPLY=(); return ;;
+        "omlx draft train --dtype") COMPREPLY=(); return ;;
+        "omlx draft train --save-dtype") COMPREPLY=(); return ;;
+        "omlx draft train --shard-mb") COMPREPLY=(); return ;;
+        "omlx draft train --eval-every") COMPREPLY=(); return ;;
+        "omlx draft train --checkpoint-every") COMPREPLY=(); return ;;
+        "omlx draft train --seed") COMPREPLY=(); return ;;
         "omlx launch claude --model"|"omlx launch claude -m") COMPREPLY=(); return ;;
         "omlx launch claude --url") COMPREPLY=(); return ;;
         "omlx launch codex --model"|"omlx launch codex -m") COMPREPLY=(); return ;;
@@ -63,7 +89,7 @@ _omlx() {
     esac
     local opts="" subs=""
     case "$cmd" in
-        "omlx") opts="--version -V --help -h"; subs="serve pull models pin unpin bench dflash-bench top completions cache config launch" ;;
+        "omlx") opts="--version -V --help -h"; subs="serve pull models pin unpin bench dflash-bench top completions cache draft config launch" ;;
         "omlx serve") opts="--host --port --api-key --model-dir --model --max-running --max-queued --keepalive --keepalive-interval --draft --dflash --log-level --config --help -h"; subs="" ;;
         "omlx pull") opts="--name --dtype --revision --dry-run --help -h"; subs="" ;;
         "omlx models") opts="--json --help -h"; subs="" ;;
@@ -76,6 +102,8 @@ _omlx() {
         "omlx cache") opts="--help -h"; subs="inspect clear" ;;
         "omlx cache inspect") opts="--model -m --json --help -h"; subs="" ;;
         "omlx cache clear") opts="--model -m --tier --help -h"; subs="" ;;
+        "omlx draft") opts="--help -h"; subs="train" ;;
+        "omlx draft train") opts="--target --out --prompts --max-prompts --max-new-tokens --sampled --sample-temperature --gen-batch --data-dir --layers --intermediate-size --heads --block-size --target-layers --steps --time-budget --batch-size --anchors --lr --warmup --dtype --save-dtype --shard-mb --eval-every --checkpoint-every --seed --resume --data-only --json --help -h"; subs="" ;;
         "omlx config") opts="--help -h"; subs="show set" ;;
         "omlx config show") opts="--json --help -h"; subs="" ;;
         "omlx config set") opts="--help -h"; subs="" ;;

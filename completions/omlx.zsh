@@ -6,7 +6,7 @@ _omlx() {
     for ((i = 2; i < CURRENT; i++)); do
         w="${words[i]}"
         case "$cmd $w" in
-            ("omlx serve"|"omlx pull"|"omlx models"|"omlx pin"|"omlx unpin"|"omlx bench"|"omlx dflash-bench"|"omlx top"|"omlx completions"|"omlx cache"|"omlx config"|"omlx launch"|"omlx cache inspect"|"omlx cache clear"|"omlx config show"|"omlx config set"|"omlx launch list"|"omlx launch claude"|"omlx launch codex"|"omlx launch opencode"|"omlx launch openclaw"|"omlx launch hermes"|"omlx launch copilot"|"omlx launch pi") cmd="$cmd $w" ;;
+            ("omlx serve"|"omlx pull"|"omlx models"|"omlx pin"|"omlx unpin"|"omlx bench"|"omlx dflash-bench"|"omlx top"|"omlx completions"|"omlx cache"|"omlx draft"|"omlx config"|"omlx launch"|"omlx cache inspect"|"omlx cache clear"|"omlx draft train"|"omlx config show"|"omlx config set"|"omlx launch list"|"omlx launch claude"|"omlx launch codex"|"omlx launch opencode"|"omlx launch openclaw"|"omlx launch hermes"|"omlx launch copilot"|"omlx launch pi") cmd="$cmd $w" ;;
         esac
     done
     case "$cmd ${words[CURRENT-1]}" in
@@ -46,6 +46,32 @@ _omlx() {
         ("omlx cache inspect --model"|"omlx cache inspect -m") _default; return ;;
         ("omlx cache clear --model"|"omlx cache clear -m") _default; return ;;
         ("omlx cache clear --tier") _default; return ;;
+        ("omlx draft train --target") _default; return ;;
+        ("omlx draft train --out") _default; return ;;
+        ("omlx draft train --prompts") _default; return ;;
+        ("omlx draft train --max-prompts") _default; return ;;
+        ("omlx draft train --max-new-tokens") _default; return ;;
+        ("omlx draft train --sampled") _default; return ;;
+        ("omlx draft train --sample-temperature") _default; return ;;
+        ("omlx draft train --gen-batch") _default; return ;;
+        ("omlx draft train --data-dir") _default; return ;;
+        ("omlx draft train --layers") _default; return ;;
+        ("omlx draft train --intermediate-size") _default; return ;;
+        ("omlx draft train --heads") _default; return ;;
+        ("omlx draft train --block-size") _default; return ;;
+        ("omlx draft train --target-layers") _default; return ;;
+        ("omlx draft train --steps") _default; return ;;
+        ("omlx draft train --time-budget") _default; return ;;
+        ("omlx draft train --batch-size") _default; return ;;
+        ("omlx draft train --anchors") _default; return ;;
+        ("omlx draft train --lr") _default; return ;;
+        ("omlx draft train --warmup") _default; return ;;
+        ("omlx draft train --dtype") _default; return ;;
+        ("omlx draft train --save-dtype") _default; return ;;
+        ("omlx draft train --shard-mb") _default; return ;;
+        ("omlx draft train --eval-every") _default; return ;;
+        ("omlx draft train --checkpoint-every") _default; return ;;
+        ("omlx draft train --seed") _default; return ;;
         ("omlx launch claude --model"|"omlx launch claude -m") _default; return ;;
         ("omlx launch claude --url") _default; return ;;
         ("omlx launch codex --model"|"omlx launch codex -m") _default; return ;;
@@ -62,7 +88,7 @@ _omlx() {
         ("omlx launch pi --url") _default; return ;;
     esac
     case "$cmd" in
-        ("omlx") opts=('--version:Print the version and exit' '-V:Print the version and exit' '--help:Show this help and exit' '-h:Show this help and exit'); subs=('serve:Serve models over OpenAI- and Anthropic-compatible HTTP APIs' 'pull:Add a model to the store ($OMLX_HOME/models): import, register or download it' 'models:List the models in the store: $OMLX_HOME/models, models.dirs and the HF cache' 'pin:Pin a model: the pool never unloads it automatically (settings models.pinned)' 'unpin:Unpin a model: the pool may unload it again when memory is needed or it idles' 'bench:Measure TTFT, inter-token latency and tokens/s (per request and aggregate)' 'dflash-bench:Compare plain greedy decoding with DFlash on the same prompts' 'top:Watch a running server: throughput, latency, cache hits, memory, models,' 'completions:Print the completion script for bash, zsh or fish' 'cache:Inspect or clear the tiered block KV cache' 'config:Show or edit settings ($OMLX_HOME/config.toml)' 'launch:Point a coding agent at the running omlx server, then run it') ;;
+        ("omlx") opts=('--version:Print the version and exit' '-V:Print the version and exit' '--help:Show this help and exit' '-h:Show this help and exit'); subs=('serve:Serve models over OpenAI- and Anthropic-compatible HTTP APIs' 'pull:Add a model to the store ($OMLX_HOME/models): import, register or download it' 'models:List the models in the store: $OMLX_HOME/models, models.dirs and the HF cache' 'pin:Pin a model: the pool never unloads it automatically (settings models.pinned)' 'unpin:Unpin a model: the pool may unload it again when memory is needed or it idles' 'bench:Measure TTFT, inter-token latency and tokens/s (per request and aggregate)' 'dflash-bench:Compare plain greedy decoding with DFlash on the same prompts' 'top:Watch a running server: throughput, latency, cache hits, memory, models,' 'completions:Print the completion script for bash, zsh or fish' 'cache:Inspect or clear the tiered block KV cache' 'draft:DFlash drafts: train one for the model you run' 'config:Show or edit settings ($OMLX_HOME/config.toml)' 'launch:Point a coding agent at the running omlx server, then run it') ;;
         ("omlx serve") opts=('--host:Address to bind (default 127.0.0.1) (env OMLX_SERVER__HOST)' '--port:TCP port (default 8000) (env OMLX_SERVER__PORT)' '--api-key:Require this key on /v1 and /api (Bearer or x-api-key) (env OMLX_SERVER__API_KEY)' '--model-dir:Extra model directory; repeatable (env OMLX_MODELS__DIRS)' '--model:Default model when a request names none (env OMLX_ENGINE__DEFAULT_MODEL)' '--max-running:Sequences decoded together per model (env OMLX_ENGINE__MAX_RUNNING)' '--max-queued:Requests queued per model before 503 (env OMLX_ENGINE__MAX_QUEUED)' '--keepalive:SSE keep-alive before the first token: comment|chunk|off (env OMLX_SERVER__KEEPALIVE_MODE)' '--keepalive-interval:Seconds between keep-alive frames (env OMLX_SERVER__KEEPALIVE_INTERVAL_S)' '--draft:DFlash draft folder for the default model ('\''random'\'': an untrained draft) (env OMLX_DRAFT__PATH)' '--dflash:Serve the default model with DFlash (draft: --draft or draft.path, else '\''random'\'')' '--log-level:DEBUG|INFO|WARNING|ERROR (env OMLX_LOG__LEVEL)' '--config:Config file (env OMLX_CONFIG; default $OMLX_HOME/config.toml)' '--help:Show this help and exit' '-h:Show this help and exit'); subs=() ;;
         ("omlx pull") opts=('--name:Name in the store (default: derived)' '--dtype:GGUF only: weight dtype; `keep` leaves Q4_0/Q4_1/Q8_0 quantized (best on GPU)' '--revision:Hub only: branch, tag or commit (default: main)' '--dry-run:Hub only: list the files and sizes, download nothing' '--help:Show this help and exit' '-h:Show this help and exit'); subs=() ;;
         ("omlx models") opts=('--json:Print JSON for scripts' '--help:Show this help and exit' '-h:Show this help and exit'); subs=() ;;
@@ -75,6 +101,8 @@ _omlx() {
         ("omlx cache") opts=('--help:Show this help and exit' '-h:Show this help and exit'); subs=('inspect:Blocks, tokens and bytes per model and tier, hit rate, oldest/newest, skipped' 'clear:Drop cached blocks (all models unless --model)') ;;
         ("omlx cache inspect") opts=('--model:Only this model (name)' '-m:Only this model (name)' '--json:Print the report as JSON' '--help:Show this help and exit' '-h:Show this help and exit'); subs=() ;;
         ("omlx cache clear") opts=('--model:Only this model (name)' '-m:Only this model (name)' '--tier:hot, cold or all' '--help:Show this help and exit' '-h:Show this help and exit'); subs=() ;;
+        ("omlx draft") opts=('--help:Show this help and exit' '-h:Show this help and exit'); subs=('train:Train a DFlash draft on the target'\''s own replies; OUT loads with --draft OUT') ;;
+        ("omlx draft train") opts=('--target:Target model: a folder or a store name (default: SmolLM2)' '--out:Folder for the draft (config + weights)' '--prompts:JSON lines of {"prompt": ...} or {"messages": [...]} (default: the shipped chat/code/maths/instructions set)' '--max-prompts:' '--max-new-tokens:' '--sampled:Extra sampled replies per prompt' '--sample-temperature:' '--gen-batch:Streams while generating' '--data-dir:Default: OUT/data' '--layers:Draft layers' '--intermediate-size:Draft MLP size (width is the target'\''s)' '--heads:' '--block-size:' '--target-layers:Captured target layers, e.g' '--steps:' '--time-budget:Seconds of training; the schedule follows it' '--batch-size:Sequences per step' '--anchors:Draft blocks per sequence' '--lr:' '--warmup:' '--dtype:float32 or bfloat16 training' '--save-dtype:' '--shard-mb:Split weight files' '--eval-every:' '--checkpoint-every:' '--seed:' '--resume:Continue from OUT/checkpoint' '--data-only:Only write (or find) the distilled data, then stop' '--json:JSON lines for scripts' '--help:Show this help and exit' '-h:Show this help and exit'); subs=() ;;
         ("omlx config") opts=('--help:Show this help and exit' '-h:Show this help and exit'); subs=('show:Print the effective settings and the source of each value' 'set:Validate VALUE and write it to the config file') ;;
         ("omlx config show") opts=('--json:Print JSON for scripts' '--help:Show this help and exit' '-h:Show this help and exit'); subs=() ;;
         ("omlx config set") opts=('--help:Show this help and exit' '-h:Show this help and exit'); subs=() ;;
