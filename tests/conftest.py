@@ -6,6 +6,18 @@ import os
 
 import pytest
 
+SOAK = os.environ.get("OMLX_SOAK") == "1"  # read before the autouse fixture clears OMLX_*
+
+
+def pytest_collection_modifyitems(config, items):
+    """`soak` tests (minutes each) run only with OMLX_SOAK=1: the slow tier."""
+    if SOAK:
+        return
+    skip = pytest.mark.skip(reason="soak tier: set OMLX_SOAK=1 to run")
+    for item in items:
+        if "soak" in item.keywords:
+            item.add_marker(skip)
+
 pytest_plugins = [
     "tests.fixtures.blas_plugin",
     "tests.fixtures.tiny_plugin",

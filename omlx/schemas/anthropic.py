@@ -162,3 +162,14 @@ class MessageResponse(Struct, kw_only=True, tag_field="type", tag="message"):
 
 class CountTokensResponse(Struct, kw_only=True):
     input_tokens: int
+
+
+class ApiErrorDetail(Struct, kw_only=True):
+    type: str
+    message: str
+
+
+class ApiError(Struct, kw_only=True, tag_field="type", tag="error"):
+    """Anthropic's error body: {"type": "error", "error": {"type", "message"}}."""
+
+    error: ApiErrorDetail

@@ -13,6 +13,7 @@ from omlx.engine.api import CacheAdmin, ModelPool
 from omlx.server import admin as admin_ui
 from omlx.server.auth import PUBLIC_ROUTES, PublicRoutes, SessionCheck, make_api_key_guard
 from omlx.server.errors import exception_handler
+from omlx.server.openapi import openapi_config
 from omlx.server.origin import OriginPolicy, make_origin_guard
 from omlx.server.request_log import HttpCounters, RequestLogMiddleware
 from omlx.server.routes import (
@@ -108,6 +109,6 @@ def create_app(
         request_max_body_size=max(server.max_request_bytes, server.max_image_request_bytes),
         on_startup=[admin.start],
         on_shutdown=[close_pool],
-        openapi_config=None,
+        openapi_config=openapi_config(),
         logging_config=None,
     )

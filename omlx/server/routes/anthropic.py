@@ -35,13 +35,25 @@ from omlx.server.generation import (
 )
 from omlx.server.json_body import read_json
 from omlx.server.openai_requests import new_request_id
+from omlx.server.openapi import documented
 from omlx.server.sse import keepalive_interval, sse_response
 from omlx.settings import Settings
 
 OPT = {"dialect": "anthropic"}
 
 
-@post("/v1/messages", status_code=200, opt=OPT)
+@post(
+    "/v1/messages",
+    status_code=200,
+    opt=OPT,
+    operation_class=documented(
+        body=an.MessagesRequest,
+        returns=an.MessageResponse,
+        events=True,
+        dialect="anthropic",
+        overload=True,
+    ),
+)
 async def create_message(request: Request[Any, Any, Any]) -> Response[Any]:
     settings = settings_of(request)
     body = await read_json(request, an.MessagesRequest, images=True)
@@ -58,7 +70,17 @@ async def create_message(request: Request[Any, Any, Any]) -> Response[Any]:
     return _stream(stream, settings, MessageStreamer(message_id, body.model, scale))
 
 
-@post("/v1/messages/count_tokens", status_code=200, opt=OPT)
+@post(
+    "/v1/messages/count_tokens",
+    status_code=200,
+    opt=OPT,
+    operation_class=documented(
+        body=an.CountTokensRequest,
+        returns=an.CountTokensResponse,
+        dialect="anthropic",
+        overload=True,
+    ),
+)
 async def count_tokens(request: Request[Any, Any, Any]) -> an.CountTokensResponse:
     settings = settings_of(request)
     body = await read_json(request, an.CountTokensRequest, images=True)

@@ -10,6 +10,7 @@ from litestar.params import Parameter
 from omlx.engine.api import CacheAdmin
 from omlx.errors import InvalidRequest, ModelNotFound
 from omlx.schemas.cache import CacheReport
+from omlx.server.openapi import documented
 
 TIERS = ("hot", "cold", "all")
 
@@ -21,12 +22,12 @@ def cache_of(request: Request[Any, Any, Any]) -> CacheAdmin:
     return cache
 
 
-@get("/api/cache/stats")
+@get("/api/cache/stats", operation_class=documented(returns=CacheReport))
 async def cache_stats(request: Request[Any, Any, Any]) -> CacheReport:
     return cache_of(request).report()
 
 
-@post("/api/cache/clear", status_code=200)
+@post("/api/cache/clear", status_code=200, operation_class=documented(returns=int))
 async def cache_clear(
     request: Request[Any, Any, Any],
     tier: Annotated[str, Parameter(query="tier")] = "all",

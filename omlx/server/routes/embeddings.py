@@ -18,6 +18,7 @@ from omlx.schemas.embeddings import (
 )
 from omlx.server.generation import pool_of, settings_of
 from omlx.server.json_body import read_json
+from omlx.server.openapi import documented
 
 MAX_INPUTS = 2048  # OpenAI's limit on inputs per request
 
@@ -52,7 +53,12 @@ def encode_base64(vector: list[float]) -> str:
     return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
 
 
-@post("/v1/embeddings", status_code=200, opt={"dialect": "openai"})
+@post(
+    "/v1/embeddings",
+    status_code=200,
+    opt={"dialect": "openai"},
+    operation_class=documented(body=EmbeddingsRequest, returns=EmbeddingsResponse, overload=True),
+)
 async def embeddings(request: Request[Any, Any, Any]) -> EmbeddingsResponse:
     body = await read_json(request, EmbeddingsRequest)
     if body.dimensions is not None and body.dimensions < 1:

@@ -5,16 +5,21 @@ Kept free of model scans: dashboards and probes poll it often.
 
 from __future__ import annotations
 
-from typing import Any
-
+import msgspec
 from litestar import get
 
 from omlx import __version__
+from omlx.server.openapi import documented
 
 
-@get("/health")
-async def health() -> dict[str, Any]:
-    return {"status": "ok", "version": __version__}
+class Health(msgspec.Struct, kw_only=True):
+    status: str
+    version: str
+
+
+@get("/health", operation_class=documented(returns=Health))
+async def health() -> Health:
+    return Health(status="ok", version=__version__)
 
 
 @get("/version")

@@ -10,13 +10,14 @@ from omlx.errors import InvalidRequest
 from omlx.schemas.models import ModelActionResult, PoolStatus
 from omlx.server.generation import pool_of, settings_of
 from omlx.server.model_limits import advised_output_tokens
+from omlx.server.openapi import documented
 
 ACTIONS = ("load", "unload", "pin", "unpin")
 Action = Literal["load", "unload", "pin", "unpin"]
 CHAT_TYPES = ("llm", "vlm")
 
 
-@get("/v1/models/status", opt={"dialect": "openai"})
+@get("/v1/models/status", opt={"dialect": "openai"}, operation_class=documented(returns=PoolStatus))
 async def models_status(request: Request[Any, Any, Any]) -> PoolStatus:
     pool = pool_of(request)
     status = pool.status()
@@ -30,7 +31,12 @@ async def models_status(request: Request[Any, Any, Any]) -> PoolStatus:
 
 
 # Model ids may hold "/" (org/name), so the action is the path's last segment.
-@post("/v1/models/{target:path}", status_code=200, opt={"dialect": "openai"})
+@post(
+    "/v1/models/{target:path}",
+    status_code=200,
+    opt={"dialect": "openai"},
+    operation_class=documented(returns=ModelActionResult, overload=True),
+)
 async def model_action(request: Request[Any, Any, Any]) -> ModelActionResult:
     target = str(request.path_params["target"]).strip("/")
     model_id, _, action = target.rpartition("/")

@@ -10,6 +10,7 @@ from omlx.engine.api import ModelInfo
 from omlx.errors import ModelNotFound
 from omlx.schemas.openai import ModelCard, ModelList
 from omlx.server.generation import pool_of
+from omlx.server.openapi import documented
 
 
 def model_card(info: ModelInfo) -> ModelCard:
@@ -24,12 +25,16 @@ def model_card(info: ModelInfo) -> ModelCard:
     )
 
 
-@get("/v1/models", opt={"dialect": "openai"})
+@get("/v1/models", opt={"dialect": "openai"}, operation_class=documented(returns=ModelList))
 async def list_models(request: Request[Any, Any, Any]) -> ModelList:
     return ModelList(data=[model_card(m) for m in pool_of(request).list_models()])
 
 
-@get("/v1/models/{model_id:path}", opt={"dialect": "openai"})
+@get(
+    "/v1/models/{model_id:path}",
+    opt={"dialect": "openai"},
+    operation_class=documented(returns=ModelCard),
+)
 async def get_model(request: Request[Any, Any, Any]) -> ModelCard:
     model_id = str(request.path_params["model_id"]).lstrip("/")
     for info in pool_of(request).list_models():

@@ -6,14 +6,22 @@ from typing import Any
 
 from litestar import Request, Response, post
 
-from omlx.schemas.openai import ChatCompletionRequest
+from omlx.schemas.openai import ChatCompletion, ChatCompletionRequest
 from omlx.server.generation import admit, begin, collect, settings_of, stream_response
 from omlx.server.json_body import read_json
 from omlx.server.openai_render import ChatChunker, chat_completion, error_frame
 from omlx.server.openai_requests import chat_generation_request, new_request_id
+from omlx.server.openapi import documented
 
 
-@post("/v1/chat/completions", status_code=200, opt={"dialect": "openai"})
+@post(
+    "/v1/chat/completions",
+    status_code=200,
+    opt={"dialect": "openai"},
+    operation_class=documented(
+        body=ChatCompletionRequest, returns=ChatCompletion, events=True, overload=True
+    ),
+)
 async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
     settings = settings_of(request)
     body = await read_json(request, ChatCompletionRequest, images=True)

@@ -6,7 +6,7 @@ from typing import Any
 
 from litestar import Request, Response, post
 
-from omlx.schemas.openai import CompletionRequest
+from omlx.schemas.openai import Completion, CompletionRequest
 from omlx.server.generation import admit, begin, collect, settings_of, stream_response
 from omlx.server.json_body import read_json
 from omlx.server.openai_render import CompletionChunker, completion, error_frame
@@ -14,9 +14,17 @@ from omlx.server.openai_requests import (
     completion_generation_request,
     new_request_id,
 )
+from omlx.server.openapi import documented
 
 
-@post("/v1/completions", status_code=200, opt={"dialect": "openai"})
+@post(
+    "/v1/completions",
+    status_code=200,
+    opt={"dialect": "openai"},
+    operation_class=documented(
+        body=CompletionRequest, returns=Completion, events=True, overload=True
+    ),
+)
 async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
     settings = settings_of(request)
     body = await read_json(request, CompletionRequest)

@@ -18,6 +18,7 @@ from omlx.schemas.rerank import (
 from omlx.server.generation import pool_of, settings_of
 from omlx.server.json_body import read_json
 from omlx.server.openai_requests import new_request_id
+from omlx.server.openapi import documented
 
 MAX_DOCUMENTS = 1000
 
@@ -35,7 +36,12 @@ def document_texts(documents: list[Any]) -> list[str]:
     return texts
 
 
-@post(["/v1/rerank", "/rerank", "/v2/rerank"], status_code=200, opt={"dialect": "openai"})
+@post(
+    ["/v1/rerank", "/rerank", "/v2/rerank"],
+    status_code=200,
+    opt={"dialect": "openai"},
+    operation_class=documented(body=RerankBody, returns=RerankResponse, overload=True),
+)
 async def rerank(request: Request[Any, Any, Any]) -> RerankResponse:
     body = await read_json(request, RerankBody)
     texts = document_texts(body.documents)

@@ -13,6 +13,7 @@ from omlx.server.event_stream import EventStream
 from omlx.server.generation import admit, begin, collect, event_frames, pool_of, settings_of
 from omlx.server.json_body import read_json
 from omlx.server.openai_requests import new_request_id
+from omlx.server.openapi import documented
 from omlx.server.responses_render import (
     ResponseStreamer,
     answer_message,
@@ -35,7 +36,14 @@ def store_of(request: Request[Any, Any, Any]) -> ResponseStore:
     return store
 
 
-@post("/v1/responses", status_code=200, opt=OPT)
+@post(
+    "/v1/responses",
+    status_code=200,
+    opt=OPT,
+    operation_class=documented(
+        body=rs.ResponsesRequest, returns=rs.ResponseObject, events=True, overload=True
+    ),
+)
 async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
     settings = settings_of(request)
     body = await read_json(request, rs.ResponsesRequest, images=True)
@@ -56,7 +64,11 @@ async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
     return _stream(stream, settings, streamer, store if body.store else None, conversation)
 
 
-@get("/v1/responses/{response_id:str}", opt=OPT)
+@get(
+    "/v1/responses/{response_id:str}",
+    opt=OPT,
+    operation_class=documented(returns=rs.ResponseObject),
+)
 async def get_response(request: Request[Any, Any, Any]) -> rs.ResponseObject:
     return store_of(request).response(request.path_params["response_id"])
 

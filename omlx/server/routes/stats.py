@@ -11,6 +11,7 @@ from litestar.response import Stream
 
 from omlx.schemas.stats import HttpStats, StatsSnapshot
 from omlx.server.generation import pool_of
+from omlx.server.openapi import documented
 from omlx.server.request_log import HttpCounters
 from omlx.server.sse import frame, sse_response
 
@@ -27,12 +28,12 @@ def snapshot(request: Request[Any, Any, Any]) -> StatsSnapshot:
     return snap
 
 
-@get("/api/stats")
+@get("/api/stats", operation_class=documented(returns=StatsSnapshot))
 async def stats(request: Request[Any, Any, Any]) -> StatsSnapshot:
     return snapshot(request)
 
 
-@get("/api/stats/stream")
+@get("/api/stats/stream", operation_class=documented(events=True))
 async def stats_stream(request: Request[Any, Any, Any]) -> Stream:
     interval_s: float = request.app.state["stats_interval_s"]
 
