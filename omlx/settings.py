@@ -124,6 +124,13 @@ class ModelSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
     image_fetch_timeout_s: Annotated[
         float, _doc("Timeout for fetching an http(s) image URL"), msgspec.Meta(gt=0)
     ] = 10.0
+    allow_paths: Annotated[
+        bool,
+        _doc(
+            "Let requests name a model folder by path, not only models in the store and "
+            "models.dirs (trusted clients only)"
+        ),
+    ] = False
     image_local_paths: Annotated[
         bool, _doc("Let VLM requests name local image files (trusted clients only)")
     ] = False

@@ -107,8 +107,9 @@ class ModelStore:
             source=source,
         )
 
-    def resolve(self, name: str) -> ModelEntry:
-        """By exact name, a unique case-insensitive name or `/`-suffix match, or a path."""
+    def resolve(self, name: str, *, allow_paths: bool = True) -> ModelEntry:
+        """By exact name, a unique case-insensitive name or `/`-suffix match, or (when
+        `allow_paths`: the CLI, never an HTTP request unless configured) a folder path."""
         entries = self.list()
         for e in entries:
             if e.name == name:
@@ -122,13 +123,25 @@ class ModelStore:
         if len(matches) > 1:
             names = ", ".join(e.name for e in matches)
             raise ModelNotFound(f"model {name!r} is ambiguous: it matches {names}", param="model")
-        path = Path(name).expanduser()
-        if is_model_folder(path):
-            entry = self._entry(path.resolve().name, path.resolve(), "path")
-            if entry is not None:
-                return entry
+        if allow_paths:
+            path = Path(name).expanduser()
+            if is_model_folder(path):
+                entry = self._entry(path.resolve().name, path.resolve(), "path")
+                if entry is not None:
+                    return entry
+        elif looks_like_path(name):
+            # Said without looking at the disk: the answer must not tell which folders exist.
+            raise ModelNotFound(
+                "models are named, not given by path (models.allow_paths is off)", param="model"
+            )
         known = ", ".join(e.name for e in entries) or "none (add one with `omlx pull`)"
         raise ModelNotFound(f"model {name!r} not found; available: {known}", param="model")
+
+
+def looks_like_path(name: str) -> bool:
+    """Absolute, home-relative or dot-relative, or with a `..` part: never a store name."""
+    parts = name.replace("\\", "/").split("/")
+    return name.startswith(("/", "~", "./", "\\")) or ".." in parts or name in (".", "..")
 
 
 def _scan_dir(root: Path) -> list[tuple[str, Path]]:

@@ -58,7 +58,7 @@ MAX_SWEEP_INTERVAL_S = 1.0
 class Resolver(Protocol):
     """omlx.models.store.ModelStore, duck-typed: resolve(name) and list()."""
 
-    def resolve(self, name: str) -> Any: ...
+    def resolve(self, name: str, *, allow_paths: bool = True) -> Any: ...
 
     def list(self) -> list[Any]: ...
 
@@ -127,6 +127,9 @@ class LocalModelPool:
             return self._resolved[name]
         found = await asyncio.to_thread(self._resolve_sync, name)
         self._resolved[name] = found
+        # Later steps (load, unload) ask by the resolved name; a folder path resolves to
+        # its last part, which the store alone would not find.
+        self._resolved.setdefault(found.name, found)
         return found
 
     async def _resolve_typed(
@@ -148,7 +151,8 @@ class LocalModelPool:
             except (NotAModelFolder, OSError):
                 return Resolved(name, path)
         if self._store is not None:
-            e = self._store.resolve(name)  # raises ModelNotFound
+            # raises ModelNotFound
+            e = self._store.resolve(name, allow_paths=self.settings.models.allow_paths)
             return Resolved(
                 e.name,
                 Path(e.path),
@@ -156,7 +160,7 @@ class LocalModelPool:
                 getattr(e, "context_length", None),
             )
         path = Path(name).expanduser()
-        if (path / "config.json").is_file():
+        if self.settings.models.allow_paths and (path / "config.json").is_file():
             return Resolved(path.resolve().name, path.resolve())
         known = ", ".join(self._models) or "none"
         raise ModelNotFound(f"model {name!r} not found; available: {known}", param="model")
