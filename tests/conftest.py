@@ -18,6 +18,7 @@ def pytest_collection_modifyitems(config, items):
         if "soak" in item.keywords:
             item.add_marker(skip)
 
+
 pytest_plugins = [
     "tests.fixtures.blas_plugin",
     "tests.fixtures.tiny_plugin",

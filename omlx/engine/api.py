@@ -189,6 +189,9 @@ class EmbeddingRequest:
     model: str
     inputs: list[str] | list[list[int]]
     dimensions: int | None = None
+    # Cut texts longer than the model reads (keeping the final special token) instead
+    # of refusing them; token-id inputs are never cut.
+    truncate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +199,7 @@ class EmbeddingResult:
     model: str
     embeddings: list[list[float]]  # in input order
     prompt_tokens: int
+    truncated_inputs: int = 0  # how many inputs were cut to fit (only with truncate)
 
 
 @dataclass(frozen=True, slots=True)

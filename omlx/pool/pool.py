@@ -345,11 +345,16 @@ class LocalModelPool:
 
     async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
         resolved = await self._resolve_typed(request.model, {"embedding"}, "embed")
-        vectors, num_tokens = await self._on_worker(
+        vectors, num_tokens, num_truncated = await self._on_worker(
             resolved.name,
-            on_thread("omlx.workers.embeddings:embed", request.inputs, request.dimensions),
+            on_thread(
+                "omlx.workers.embeddings:embed",
+                request.inputs,
+                request.dimensions,
+                request.truncate,
+            ),
         )
-        return EmbeddingResult(resolved.name, vectors, num_tokens)
+        return EmbeddingResult(resolved.name, vectors, num_tokens, num_truncated)
 
     async def rerank(self, request: RerankRequest) -> RerankResult:
         resolved = await self._resolve_typed(request.model, {"reranker", "llm"}, "rerank")

@@ -15,6 +15,9 @@ class EmbeddingsRequest(Struct, kw_only=True):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = None
     user: str | None = None
+    # Texts longer than the model reads are refused (400) unless this is true; then they
+    # are cut and `usage.truncated_inputs` says how many.
+    truncate: bool = False
 
 
 class Embedding(Struct, kw_only=True):
@@ -26,6 +29,7 @@ class Embedding(Struct, kw_only=True):
 class EmbeddingsUsage(Struct, kw_only=True):
     prompt_tokens: int
     total_tokens: int
+    truncated_inputs: int = 0
 
 
 class EmbeddingsResponse(Struct, kw_only=True):

@@ -109,6 +109,24 @@ def structured_format(kind: str, schema: Any, name: Any) -> ResponseFormat:
     return ResponseFormat(kind, json_schema=schema, name=name if isinstance(name, str) else None)
 
 
+def _check_message(i: int, message: Message) -> None:
+    """OpenAI's rules: content on every turn but an assistant's tool call, a tool result
+    names the call it answers."""
+    content = message.content
+    is_empty = content is None or (isinstance(content, list) and not content)
+    if is_empty and not (message.role == "assistant" and message.tool_calls):
+        what = "null or missing" if content is None else "an empty list"
+        raise InvalidRequest(
+            f"messages[{i}].content is {what}: a {message.role} message needs text or parts",
+            param=f"messages[{i}].content",
+        )
+    if message.role == "tool" and not message.tool_call_id:
+        raise InvalidRequest(
+            f"messages[{i}] is a tool result without tool_call_id",
+            param=f"messages[{i}].tool_call_id",
+        )
+
+
 def _chat_message(message: Message) -> ChatMessage:
     content: str | list[dict[str, Any]] | None
     if isinstance(message.content, list):
@@ -136,6 +154,8 @@ def chat_generation_request(
         raise InvalidRequest("messages must contain at least one message", param="messages")
     if body.top_logprobs and not body.logprobs:
         raise InvalidRequest("top_logprobs requires logprobs=true", param="top_logprobs")
+    for i, message in enumerate(body.messages):
+        _check_message(i, message)
     max_tokens = body.max_completion_tokens or body.max_tokens
     tool_choice = body.tool_choice
     return GenerationRequest(

@@ -146,9 +146,12 @@ def _load_with_mlx_embeddings(name: str, path: Path) -> Any:
 
 
 def embed(
-    m: EmbeddingModel, inputs: list[str] | list[list[int]], dimensions: int | None = None
-) -> tuple[list[list[float]], int]:
-    """Embeddings in input order and the number of tokens read."""
+    m: EmbeddingModel,
+    inputs: list[str] | list[list[int]],
+    dimensions: int | None = None,
+    truncate: bool = False,
+) -> tuple[list[list[float]], int, int]:
+    """Embeddings in input order, the number of tokens read and of inputs cut."""
     if dimensions is not None and dimensions != m.dimensions:
         if not m.is_matryoshka:
             raise InvalidRequest(
@@ -160,9 +163,15 @@ def embed(
             raise InvalidRequest(
                 f"dimensions must be between 1 and {m.dimensions}", param="dimensions"
             )
-    seqs = [
-        m.tokenizer.encode(x) if isinstance(x, str) else m.tokenizer.check_ids(x) for x in inputs
-    ]
+    seqs: list[list[int]] = []
+    num_truncated = 0
+    for i, x in enumerate(inputs):
+        if isinstance(x, str):
+            ids, was_cut = m.tokenizer.encode(x, truncate=truncate, index=i)
+            num_truncated += was_cut
+        else:
+            ids = m.tokenizer.check_ids(x)
+        seqs.append(ids)
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
     out: list[list[float]] = [[] for _ in seqs]
     for start in range(0, len(order), BATCH_SIZE):
@@ -170,7 +179,7 @@ def embed(
         vectors = _embed_batch(m, [seqs[i] for i in chunk], dimensions)
         for i, vec in zip(chunk, vectors, strict=True):
             out[i] = vec
-    return out, sum(len(s) for s in seqs)
+    return out, sum(len(s) for s in seqs), num_truncated
 
 
 def _embed_batch(

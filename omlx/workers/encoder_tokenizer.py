@@ -36,11 +36,20 @@ class EncoderTokenizer:
             pad_id = pad
         return cls(tok, max_tokens, pad_id)
 
-    def encode(self, text: str) -> list[int]:
+    def encode(
+        self, text: str, *, truncate: bool = False, index: int = 0
+    ) -> tuple[list[int], bool]:
+        """Ids of `text` and whether they were cut; too long is a 400 unless `truncate`."""
         ids = self._tok.encode(text).ids
-        if len(ids) > self.max_tokens:  # keep the final [SEP], as truncation does
-            ids = [*ids[: self.max_tokens - 1], ids[-1]]
-        return ids
+        if len(ids) > self.max_tokens:
+            if not truncate:
+                raise InvalidRequest(
+                    f"input {index} has {len(ids)} tokens; the model reads at most "
+                    f'{self.max_tokens} (send "truncate": true to cut it)',
+                    param="input",
+                )
+            return [*ids[: self.max_tokens - 1], ids[-1]], True  # keep the final [SEP]
+        return ids, False
 
     def encode_pair(self, first: str, second: str) -> tuple[list[int], list[int]]:
         """Ids and token-type ids of `[CLS] first [SEP] second [SEP]`; the second is cut."""

@@ -176,3 +176,20 @@ def test_cli_pin_reaches_the_running_server(live, monkeypatch, _isolated_omlx_ho
     assert result.exit_code == 0, result.output
     status = {m["id"]: m for m in httpx.get(f"{live.openai_base_url}/models/status").json()["data"]}
     assert status["minilm"]["pinned"] is False
+
+
+def test_embeddings_too_long_is_refused_unless_truncate(live) -> None:
+    url = f"{live.openai_base_url}/embeddings"
+    long_text = "eating food " * 400  # 800 words: past MiniLM's 256-token window (512 pos)
+    r = httpx.post(url, json={"model": "minilm", "input": ["short", long_text]})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "input" and "input 1" in error["message"]
+    assert "truncate" in error["message"]
+    cut = httpx.post(url, json={"model": "minilm", "input": ["short", long_text], "truncate": True})
+    assert cut.status_code == 200, cut.text
+    usage = cut.json()["usage"]
+    assert usage["truncated_inputs"] == 1
+    short = httpx.post(url, json={"model": "minilm", "input": "short"}).json()["usage"]
+    assert usage["prompt_tokens"] == short["prompt_tokens"] + 256  # the window of this model
+    assert short["truncated_inputs"] == 0

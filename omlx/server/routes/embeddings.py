@@ -65,7 +65,12 @@ async def embeddings(request: Request[Any, Any, Any]) -> EmbeddingsResponse:
         raise InvalidRequest("dimensions must be at least 1", param="dimensions")
     model = body.model or settings_of(request).engine.default_model
     result = await pool_of(request).embed(
-        EmbeddingRequest(model=model, inputs=parse_input(body.input), dimensions=body.dimensions)
+        EmbeddingRequest(
+            model=model,
+            inputs=parse_input(body.input),
+            dimensions=body.dimensions,
+            truncate=body.truncate,
+        )
     )
     as_base64 = body.encoding_format == "base64"
     return EmbeddingsResponse(
@@ -75,7 +80,9 @@ async def embeddings(request: Request[Any, Any, Any]) -> EmbeddingsResponse:
         ],
         model=result.model,
         usage=EmbeddingsUsage(
-            prompt_tokens=result.prompt_tokens, total_tokens=result.prompt_tokens
+            prompt_tokens=result.prompt_tokens,
+            total_tokens=result.prompt_tokens,
+            truncated_inputs=result.truncated_inputs,
         ),
     )
 

@@ -6,6 +6,7 @@ import json
 
 import httpx
 import openai
+import pytest
 
 from omlx.engine.api import FinishReason, ToolCall
 from tests.fixtures.fake_pool import FakeModelPool, text_script
@@ -186,3 +187,25 @@ def test_logprobs_non_streamed(pool: FakeModelPool, client: openai.OpenAI) -> No
     assert content[0].logprob == -0.5
     assert [t.token for t in content[0].top_logprobs] == ["a", "x"]
     assert pool.requests[-1].sampling.top_logprobs == 2
+
+
+@pytest.mark.parametrize(
+    ("messages", "param"),
+    [([{"role": "user", "content": None}], "messages[0].content"),
+     ([{"role": "user"}], "messages[0].content"),
+     ([{"role": "user", "content": []}], "messages[0].content"),
+     ([{"role": "system", "content": "s"}, {"role": "user", "content": None}],
+      "messages[1].content"),
+     ([{"role": "assistant", "content": None}], "messages[0].content"),
+     ([{"role": "user", "content": "q"}, {"role": "tool", "content": "42"}],
+      "messages[1].tool_call_id")],
+)  # fmt: skip
+def test_messages_without_content_or_call_id_are_400(
+    pool: FakeModelPool, server: LiveServer, messages: list, param: str
+) -> None:
+    r = httpx.post(
+        f"{server.base_url}/v1/chat/completions", json={"model": "fake-model", "messages": messages}
+    )
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+    assert pool.requests == []
