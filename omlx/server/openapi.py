@@ -97,10 +97,21 @@ def documented(
 
 
 def complete(schema: dict[str, Any]) -> dict[str, Any]:
-    """Litestar's schema plus msgspec's component schemas of every documented type."""
+    """Litestar's schema plus msgspec's component schemas of every documented type, and
+    the error answers on routes that did not name them (every route sits behind the
+    key and origin guards, so every route can answer 401 or 403)."""
     out = copy.deepcopy(schema)
     _, components = msgspec.json.schema_components(sorted(_TYPES, key=str), ref_template=REF)
     out.setdefault("components", {}).setdefault("schemas", {}).update(components)
+    errors = {"$ref": REF.format(name=ErrorBody.__name__)}
+    for item in out.get("paths", {}).values():
+        for op in item.values():
+            if isinstance(op, dict) and "4XX" not in op.get("responses", {"4XX": None}):
+                op["responses"].pop("400", None)  # Litestar's shape; ours is ErrorBody
+                op["responses"]["4XX"] = {
+                    "description": "Invalid request, or refused by the key or origin guard",
+                    "content": {"application/json": {"schema": errors}},
+                }
     return out
 
 

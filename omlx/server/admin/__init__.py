@@ -16,7 +16,7 @@ __all__ = ["PUBLIC_TEMPLATES", "Admin", "AdminOptions", "routes"]
 
 
 def _template(path: str) -> str:
-    """"/admin/{name:str}" -> "/admin/{name}", the form Litestar puts in scope["path_template"]."""
+    """ "/admin/{name:str}" -> "/admin/{name}", the form Litestar puts in scope["path_template"]."""
     return re.sub(r"\{(\w+):[^}]*\}", r"{\1}", path)
 
 

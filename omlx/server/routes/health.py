@@ -17,16 +17,21 @@ class Health(msgspec.Struct, kw_only=True):
     version: str
 
 
+class Version(msgspec.Struct, kw_only=True):
+    version: str
+    server: str
+
+
 @get("/health", operation_class=documented(returns=Health))
 async def health() -> Health:
     return Health(status="ok", version=__version__)
 
 
-@get("/version")
-async def version() -> dict[str, Any]:
+@get("/version", operation_class=documented(returns=Version))
+async def version() -> Version:
     """The version under the path local-server clients probe (vLLM's): Hermes Agent asks
     it to learn what serves it, then reads windows from /v1/models/{id}."""
-    return {"version": __version__, "server": "omlx"}
+    return Version(version=__version__, server="omlx")
 
 
 ROUTES = [health, version]
