@@ -100,7 +100,7 @@ def _pull_gguf(
         stem = GGUF_PART_RE.sub(".gguf.part", path.name)
         sources = sorted(path.parent.glob(f"{stem}[0-9]*"))
     dest = store.primary_dir / check_name(name or gguf_model_name(path))
-    report(ImportProgress(phase="converting", total=sum(p.stat().st_size for p in sources)))
+    report(ImportProgress(phase="converting"))
     try:
         if gguf_in_child:
             folder = _import_in_child(sources, dest, dtype, name)

@@ -41,7 +41,9 @@ ADMIN_HEADERS = [
     ),
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
+    # same-origin, not no-referrer: with no-referrer a form POST says `Origin: null`, which
+    # the origin guard (rightly) refuses; other sites still get no referrer.
+    (b"referrer-policy", b"same-origin"),
 ]
 
 

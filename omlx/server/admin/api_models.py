@@ -156,10 +156,12 @@ async def start_import(
 
     def work(job: Job) -> dict[str, Any]:
         def report(p: ImportProgress) -> None:
+            # A phase without counts (resolving, done) keeps the last byte counts shown.
+            detail: dict[str, Any] = {"phase": p.phase, "note": p.message}
+            if p.total is not None:
+                detail |= {"done": p.done, "total": p.total, "unit": p.unit}
             fraction = p.done / p.total if p.total else None
-            job.update(progress=fraction, message=p.phase,
-                       detail={"phase": p.phase, "done": p.done, "total": p.total, "unit": p.unit,
-                               "note": p.message})  # fmt: skip
+            job.update(progress=fraction, message=p.phase, detail=detail)
 
         entry = catalog.import_model(source, name=data.name, dtype=data.dtype, progress=report)
         return {"name": entry.name, "type": entry.type, "path": entry.path}

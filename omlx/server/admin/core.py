@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from omlx.server.admin.history import History, Sampler
 from omlx.server.admin.jobs import Jobs
 from omlx.server.admin.log_buffer import LogBuffer
 from omlx.server.admin.session import Session, SessionStore
+from omlx.server.auth import supplied_key
 from omlx.settings import Settings, config_path
 
 
@@ -106,8 +108,9 @@ def require_session(request: ASGIConnection[Any, Any, Any, Any]) -> Session | No
     """Guard of the admin's JSON API: the request's session (None: an open-mode read).
 
     A state-changing request with a session got here only with its CSRF token (the
-    middleware refuses it otherwise); one without any session is refused here (403 in
-    open mode, where the page would have given it one; 401 when a login is required).
+    middleware refuses it otherwise); one with the API key needs neither; one with
+    neither is refused here (403 in open mode, where the page would have given it a
+    session; 401 when a login is required).
     """
     mode = admin_of(request).mode()
     if mode is Mode.REFUSED:
@@ -115,6 +118,8 @@ def require_session(request: ASGIConnection[Any, Any, Any, Any]) -> Session | No
     session = session_of(request.scope)
     if session is not None:
         return session
+    if _holds_api_key(request):  # a script with the key needs no session (nor CSRF)
+        return None
     if mode is Mode.LOCKED:
         raise Unauthorized("log in to the admin first")
     if request.scope.get("method") not in SAFE_METHODS:
@@ -131,6 +136,14 @@ def query_int(params: Any, name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise InvalidRequest(f"{name} must be an integer", param=name) from None
+
+
+def _holds_api_key(connection: ASGIConnection[Any, Any, Any, Any]) -> bool:
+    expected = admin_of(connection).api_key
+    supplied = supplied_key(connection)
+    return bool(expected) and supplied is not None and hmac.compare_digest(
+        supplied.encode(), expected.encode()
+    )
 
 
 def admin_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:

@@ -248,3 +248,23 @@ def test_network_bind_without_a_key_refuses_with_a_page_that_says_how(tmp_path) 
         assert "server.api_key" in page.text and "--api-key" in page.text
         assert httpx.get(f"{live.base_url}/admin/api/history").status_code == 403
         assert httpx.get(f"{live.base_url}/admin/login").status_code == 403
+
+
+def test_the_api_key_opens_the_admin_api_to_scripts(locked) -> None:
+    keyed = httpx.get(f"{locked.base_url}/admin/api/settings", headers={"x-api-key": KEY})
+    assert keyed.status_code == 200
+    wrong = httpx.get(f"{locked.base_url}/admin/api/settings", headers={"x-api-key": "nope"})
+    assert wrong.status_code == 401
+
+
+def test_a_password_only_admin_ignores_made_up_keys(tmp_path) -> None:
+    from omlx.server.admin.credentials import hash_password
+    from omlx.settings import AdminSettings
+
+    settings = Settings(admin=AdminSettings(password_hash=hash_password("long enough pw")))
+    app = create_app(FakeModelPool(), settings,
+                     admin_options=AdminOptions(config_file=tmp_path / "c.toml"))  # fmt: skip
+    with running_server(app, settings) as live:
+        # No API key is set, so no key can stand in for the admin's login.
+        resp = httpx.get(f"{live.base_url}/admin/api/settings", headers={"x-api-key": "x"})
+        assert resp.status_code == 401

@@ -1,8 +1,10 @@
 // Chat with any text or vision model, streamed from /v1/chat/completions with the session
 // cookie; conversations live in this browser (localStorage). Also two small playgrounds:
 // embedding similarity and rerank.
-import { api, csrfToken, fmt, start, t, toast } from "./core.js";
-import { render } from "./markdown.js";
+import { Alpine, api, csrfToken, fmt, start, t, toast } from "./core.js";
+import { render, safeHtmlDirective } from "./markdown.js";
+
+Alpine.directive("safe-html", safeHtmlDirective);
 
 const STORE_KEY = "omlx.chat.v1";
 const DEFAULT_PARAMS = { temperature: 0.7, top_p: 1, max_tokens: 1024, seed: "" };

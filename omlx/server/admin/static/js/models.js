@@ -102,7 +102,7 @@ start({
       const phase = d.phase ? t("js.phase." + d.phase) : "";
       if (d.total && d.unit === "bytes") return `${phase} ${fmt.bytes(d.done)} / ${fmt.bytes(d.total)}`;
       if (d.total) return `${phase} ${fmt.int(d.done)} / ${fmt.int(d.total)}`;
-      return phase;
+      return `${phase} · ${fmt.duration(Date.now() / 1000 - j.started)}`;
     },
   }),
 });
