@@ -69,6 +69,8 @@ class ClaudeCode(Tool):
         if model.context_tokens < ASSUMED_CONTEXT_TOKENS:
             # Counts scaled by 200k / window: Claude Code compacts when the real window fills.
             env["ANTHROPIC_CUSTOM_HEADERS"] = f"{CONTEXT_HEADER}: {ASSUMED_CONTEXT_TOKENS}"
+            # Claude Code assumes 1M tokens for a model id it does not know: plan for 200k.
+            env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = str(ASSUMED_CONTEXT_TOKENS)
             notes.append(
                 f"context scaling on: {model.id} has {model.context_tokens} tokens, Claude Code "
                 f"assumes {ASSUMED_CONTEXT_TOKENS}; omlx reports counts scaled to match"
