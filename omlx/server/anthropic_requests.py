@@ -276,12 +276,8 @@ def generation_request(
     stops = body.stop_sequences or []
     if any(s == "" for s in stops):
         raise InvalidRequest("stop_sequences must not be empty strings", param="stop_sequences")
-    defaults = SamplingParams()
-    sampling = SamplingParams(
-        temperature=defaults.temperature if body.temperature is None else body.temperature,
-        top_p=defaults.top_p if body.top_p is None else body.top_p,
-        top_k=body.top_k or 0,
-    )
+    # Unset fields stay None: the engine fills them from the model's generation_config.
+    sampling = SamplingParams(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k)
     choice = body.tool_choice
     return dataclasses.replace(
         count_request(body, model, request_id),

@@ -66,18 +66,19 @@ def _logit_bias(bias: dict[str, float] | None) -> dict[int, float]:
 
 
 def sampling_params(body: SamplingFields, *, logprobs: bool, top_logprobs: int) -> SamplingParams:
+    """Fields the body leaves unset stay None: the engine fills them from the model."""
     defaults = SamplingParams()
 
     def pick(value: Any, default: Any) -> Any:
         return default if value is None else value
 
-    top_k = pick(body.top_k, defaults.top_k)
+    top_k = body.top_k
     return SamplingParams(
-        temperature=pick(body.temperature, defaults.temperature),
-        top_p=pick(body.top_p, defaults.top_p),
-        top_k=0 if top_k < 0 else top_k,  # -1 means "off" in vLLM's dialect
-        min_p=pick(body.min_p, defaults.min_p),
-        repetition_penalty=pick(body.repetition_penalty, defaults.repetition_penalty),
+        temperature=body.temperature,
+        top_p=body.top_p,
+        top_k=0 if top_k is not None and top_k < 0 else top_k,  # -1 is "off" in vLLM's dialect
+        min_p=body.min_p,
+        repetition_penalty=body.repetition_penalty,
         presence_penalty=pick(body.presence_penalty, defaults.presence_penalty),
         frequency_penalty=pick(body.frequency_penalty, defaults.frequency_penalty),
         seed=body.seed,

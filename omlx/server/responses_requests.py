@@ -220,11 +220,8 @@ def generation_request(
         raise InvalidRequest("input must not be empty", param="input")
     effort = body.reasoning.effort if body.reasoning else None
     kwargs = {"enable_thinking": False} if effort in ("none", "minimal") else {}
-    defaults = SamplingParams()
-    sampling = SamplingParams(
-        temperature=defaults.temperature if body.temperature is None else body.temperature,
-        top_p=defaults.top_p if body.top_p is None else body.top_p,
-    )
+    # Unset fields stay None: the engine fills them from the model's generation_config.
+    sampling = SamplingParams(temperature=body.temperature, top_p=body.top_p)
     gen = GenerationRequest(
         request_id=request_id,
         model=model,

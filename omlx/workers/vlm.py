@@ -26,6 +26,7 @@ from omlx.engine.api import (
     Token,
 )
 from omlx.errors import ImportFailed, InvalidRequest
+from omlx.models.generation_config import sampling_defaults
 from omlx.workers.images import IMAGE_PART_TYPES, LoadedImage
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,8 @@ class VlmModel:
     is_ocr: bool
     weight_bytes: int
     eos_texts: tuple[str, ...] = field(default_factory=tuple)
+    # generation_config.json's sampling keys, for requests that set none
+    sampling_defaults: dict[str, float | int] = field(default_factory=dict)
 
 
 def load_vlm(name: str, path: Path, *, is_ocr: bool = False) -> VlmModel:
@@ -79,7 +82,11 @@ def load_vlm(name: str, path: Path, *, is_ocr: bool = False) -> VlmModel:
     config = json.loads((path / "config.json").read_text())
     weight_bytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
     log.info("loaded %s model %s (%.1f MB)", "OCR" if is_ocr else "VLM", name, weight_bytes / 1e6)
-    return VlmModel(name, model, processor, str(config.get("model_type", "")), is_ocr, weight_bytes)
+    model_type = str(config.get("model_type", ""))
+    return VlmModel(
+        name, model, processor, model_type, is_ocr, weight_bytes,
+        sampling_defaults=sampling_defaults(path),
+    )  # fmt: skip
 
 
 def load_ocr(name: str, path: Path) -> VlmModel:
@@ -143,7 +150,7 @@ def generate_vlm(
     preset = ocr_preset(vm.model_type) if vm.is_ocr else None
     prompt = render_prompt(vm, request, preset)
     stops = [*request.stop, *(preset.stop if preset else ())]
-    sampling = request.sampling
+    sampling = request.sampling.with_defaults(vm.sampling_defaults)
     kwargs: dict[str, Any] = {
         "max_tokens": request.max_tokens or default_max_tokens,
         "temperature": 0.0 if sampling.is_greedy else sampling.temperature,

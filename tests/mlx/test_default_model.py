@@ -31,6 +31,9 @@ def test_first_use_imports_float32_on_cpu_then_reuses(
     assert folder == models / "SmolLM2-135M-Instruct"
     config = json.loads((folder / "config.json").read_text())
     assert config["torch_dtype"] == "float32" and config["omlx_name"] == "SmolLM2-135M-Instruct"
+    # The sampling preset lands with the import (generation_config.json), beside the EOS id.
+    generation = json.loads((folder / "generation_config.json").read_text())
+    assert generation["temperature"] == 0.0 and "eos_token_id" in generation
 
     def must_not_run(*args: object, **kwargs: object) -> Path:
         raise AssertionError("re-imported an existing default model")

@@ -33,7 +33,7 @@ def validate_request(request: GenerationRequest, *, vocab_size: int | None = Non
 
 
 def _validate_sampling(request: GenerationRequest, vocab_size: int | None) -> None:
-    s = request.sampling
+    s = request.sampling.with_defaults({})  # unset fields are checked once filled
     checks = [
         (s.temperature >= 0, "temperature", "must be >= 0"),
         (0 < s.top_p <= 1, "top_p", "must be in (0, 1]"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,6 +124,7 @@ def write_configs(
     *,
     torch_dtype: str,
     quantization: dict[str, Any] | None,
+    generation_defaults: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     config = arch_spec(model).build(model)
     config["torch_dtype"] = torch_dtype
@@ -150,5 +151,6 @@ def write_configs(
         for key in ("bos_token_id", "eos_token_id", "pad_token_id")
         if key in config
     }
+    generation.update(generation_defaults or {})
     (dest / "generation_config.json").write_text(json.dumps(generation, indent=2))
     return config

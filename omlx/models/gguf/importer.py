@@ -8,7 +8,7 @@ import shutil
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +37,12 @@ def import_gguf(
     *,
     dtype: str = "float32",
     name: str | None = None,
+    generation_defaults: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Convert a GGUF (or its ordered split parts, concatenated) into an MLX model folder."""
+    """Convert a GGUF (or its ordered split parts, concatenated) into an MLX model folder.
+
+    `generation_defaults` (sampling keys such as temperature) go into generation_config.json.
+    """
     if dtype not in DTYPES:
         raise ImportFailed(f"unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
     parts = [Path(source)] if isinstance(source, str | Path) else [Path(p) for p in source]
@@ -54,7 +58,10 @@ def import_gguf(
     try:
         gguf_path = parts[0] if len(parts) == 1 else join_parts(parts, work / "joined.gguf.tmp")
         model = read_gguf(gguf_path)
-        _convert(model, work, dtype=dtype, name=name or dest_dir.name)
+        _convert(
+            model, work, dtype=dtype, name=name or dest_dir.name,
+            generation_defaults=generation_defaults,
+        )  # fmt: skip
         if len(parts) > 1:
             del model  # drop the memory map before deleting the joined copy
             gguf_path.unlink()
@@ -70,7 +77,14 @@ def import_gguf(
     return dest_dir
 
 
-def _convert(model: GGUFModel, work: Path, *, dtype: str, name: str) -> None:
+def _convert(
+    model: GGUFModel,
+    work: Path,
+    *,
+    dtype: str,
+    name: str,
+    generation_defaults: Mapping[str, Any] | None = None,
+) -> None:
     spec = arch_spec(model)  # fail fast on an unsupported architecture
     _check_types(model)
     special = write_tokenizer(model, work)
@@ -91,6 +105,7 @@ def _convert(model: GGUFModel, work: Path, *, dtype: str, name: str) -> None:
         special,
         torch_dtype=torch_dtype,
         quantization=_quantization_entry(quantized, unquantized),
+        generation_defaults=generation_defaults,
     )
     _tag_name(work, name)
 

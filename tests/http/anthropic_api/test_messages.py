@@ -64,6 +64,14 @@ def test_system_blocks_sampling_and_stop_sequences(
     assert request.sampling.is_greedy and request.sampling.top_k == 5
 
 
+def test_unset_sampling_fields_are_left_to_the_model(
+    pool: FakeModelPool, client: anthropic.Anthropic
+) -> None:
+    client.messages.create(model="fake-model", max_tokens=10, messages=USER)
+    s = pool.requests[-1].sampling
+    assert (s.temperature, s.top_p, s.top_k) == (None, None, None)
+
+
 def test_max_tokens_stop_reason(pool: FakeModelPool, client: anthropic.Anthropic) -> None:
     pool.script_for = lambda req: text_script(["a"], finish=FinishReason.LENGTH)
     message = client.messages.create(model="fake-model", max_tokens=1, messages=USER)

@@ -38,6 +38,10 @@ def test_text_response(pool: FakeModelPool, client: openai.OpenAI) -> None:
         ("user", "hi"),
     ]
     assert request.max_tokens == 32
+    # Unset sampling is left to the model (its generation_config); set values pass through.
+    assert (request.sampling.temperature, request.sampling.top_p) == (None, None)
+    client.responses.create(model="fake-model", input="hi", temperature=0.3)
+    assert pool.requests[-1].sampling.temperature == 0.3
 
 
 def test_incomplete_at_max_output_tokens(pool: FakeModelPool, client: openai.OpenAI) -> None:

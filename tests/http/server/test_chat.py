@@ -177,6 +177,20 @@ def test_request_fields_reach_the_engine(pool: FakeModelPool, client: openai.Ope
     assert req.chat_template_kwargs == {"enable_thinking": False}
 
 
+def test_unset_sampling_fields_are_left_to_the_model(
+    pool: FakeModelPool, client: openai.OpenAI
+) -> None:
+    """The server does not fill in 1.0: the engine takes the model's generation_config."""
+    client.chat.completions.create(model="fake-model", messages=MESSAGES)
+    s = pool.requests[-1].sampling
+    assert (s.temperature, s.top_p, s.top_k, s.min_p, s.repetition_penalty) == (None,) * 5
+    client.chat.completions.create(
+        model="fake-model", messages=MESSAGES, temperature=1.0, extra_body={"top_k": -1}
+    )
+    s = pool.requests[-1].sampling
+    assert (s.temperature, s.top_p, s.top_k) == (1.0, None, 0)  # -1: vLLM's "off"
+
+
 def test_logprobs_non_streamed(pool: FakeModelPool, client: openai.OpenAI) -> None:
     pool.script_for = lambda req: text_script(["a", "b"], logprobs=True)
     r = client.chat.completions.create(
