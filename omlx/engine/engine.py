@@ -37,7 +37,7 @@ from omlx.engine.loop import EngineLoop
 from omlx.engine.metrics import EngineMetrics
 from omlx.engine.text.parsers import detect_tool_format, make_output_parser
 from omlx.engine.text.templating import ModelSpec, PreparedPrompt, prepare_prompt
-from omlx.engine.text.validation import validate_request
+from omlx.engine.text.validation import check_prompt_fits, validate_request
 from omlx.errors import OmlxError, Overloaded
 from omlx.settings import EngineSettings
 
@@ -116,6 +116,7 @@ class TextEngine:
         assert self.spec is not None, "engine not started"
         request = self.with_model_defaults(request)
         validate_request(request, vocab_size=self.spec.vocab_size)
+        check_prompt_fits(request, self.spec.context_length)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
             self._tokenize,

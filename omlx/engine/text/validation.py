@@ -2,11 +2,56 @@
 
 from __future__ import annotations
 
+import json
+
 from omlx.engine.api import GenerationRequest
-from omlx.errors import InvalidRequest
+from omlx.errors import ContextTooLong, InvalidRequest
 
 MAX_TOP_LOGPROBS = 20
 MAX_STOP_STRINGS = 16
+# Tokenizers average 3-5 bytes of text per token; a long run of spaces or repeated
+# punctuation can make one token of 16+ bytes. Text longer than the window times this
+# cannot fit, and is refused before templating and tokenizing (a 10 MB prompt took
+# 15-18 s of both, and held up every other request, just to learn that).
+MAX_BYTES_PER_TOKEN = 32
+
+
+def prompt_text_bytes(request: GenerationRequest) -> int:
+    """UTF-8 bytes of the request's text (messages, prompt, tools); images not counted."""
+    total = len((request.prompt or "").encode())
+    for message in request.messages or []:
+        content = message.content
+        if isinstance(content, str):
+            total += len(content.encode())
+        elif isinstance(content, list):
+            for part in content:
+                text = part.get("text") if isinstance(part, dict) else None
+                total += len(text.encode()) if isinstance(text, str) else 0
+        for call in message.tool_calls or []:
+            total += len(json.dumps(call))
+    if request.tools:
+        total += len(json.dumps(request.tools))
+    return total
+
+
+def check_prompt_fits(request: GenerationRequest, context_length: int | None) -> None:
+    """ContextTooLong for a prompt that cannot fit the window, judged without a tokenizer."""
+    if not context_length:
+        return
+    if request.prompt_token_ids is not None and len(request.prompt_token_ids) >= context_length:
+        raise ContextTooLong(
+            f"the prompt has {len(request.prompt_token_ids)} tokens; the model's context "
+            f"window is {context_length} tokens",
+            param="prompt",
+        )
+    num_bytes = prompt_text_bytes(request)
+    limit = context_length * MAX_BYTES_PER_TOKEN
+    if num_bytes > limit:
+        raise ContextTooLong(
+            f"the prompt is {num_bytes} bytes of text; a {context_length}-token context "
+            f"window holds at most about {limit} bytes",
+            param="messages" if request.messages is not None else "prompt",
+        )
 
 
 def validate_request(request: GenerationRequest, *, vocab_size: int | None = None) -> None:
