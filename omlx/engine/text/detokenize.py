@@ -43,6 +43,12 @@ class TextStream:
         return self._stops.feed(self._detok.last_segment)
 
     def finish(self) -> str:
-        """Flush the detokenizer and the held-back text at the end of the stream."""
+        """Flush the detokenizer and the held-back text at the end of the stream.
+
+        The detokenizer holds back bytes of a character not yet complete; when max_tokens
+        ends the stream inside one, its flush decodes them as U+FFFD. They are dropped:
+        a client must never get half a character shown as a replacement mark.
+        """
         self._detok.finalize()
-        return self._stops.feed(self._detok.last_segment) + self._stops.flush()
+        tail = self._detok.last_segment.rstrip("\ufffd")
+        return self._stops.feed(tail) + self._stops.flush()
