@@ -4,12 +4,13 @@
 #   benchmarks/dflash_train_gpu.sh GGUF_PART_DIR DRAFT_DIR [DEADLINE_S]
 #
 # GGUF_PART_DIR holds SmolLM2-135M-Instruct.Q4_1.gguf (or its .partNN pieces, which
-# `omlx pull` joins); the model is imported in bfloat16. The distilled data is written
-# first (`--data-only`), then training gets whatever the deadline leaves (at most
-# TRAIN_MAX_S, default 300 s), so the whole script ends inside DEADLINE_S (default 560).
-# Every flag of the real run is below; benchmarks/results/dflash_trained_NOTES.md keeps
-# the run's figures. SMOKE_FLAGS (e.g. "--max-prompts 8 --max-new-tokens 8 --batch-size 2")
-# are appended to both commands, for a quick rehearsal on a CPU.
+# `omlx pull` joins); the model is imported once, in bfloat16. The target then writes its
+# replies (`--data-only`, at most DATA_MAX_S seconds, default 180; replies not written
+# by then are left for a later run), and training gets whatever the deadline leaves (at
+# most TRAIN_MAX_S, default 300 s), so the script ends inside DEADLINE_S (default 560).
+# SMOKE_FLAGS (e.g. "--max-prompts 8 --max-new-tokens 8 --batch-size 2") are appended
+# to both commands, for a rehearsal on a CPU. The GPU must be free: another process
+# holding its memory makes CUDA graph instantiation fail with out of memory.
 set -euo pipefail
 parts=$1
 draft=$2
@@ -18,20 +19,24 @@ start=$(date +%s)
 export PYTHONUNBUFFERED=1 OMLX_HOME=${OMLX_HOME:-/root/omlx}
 omlx() { python3 -m omlx.cli.main "$@"; }
 
-first=$(ls "$parts"/*.gguf* | sort | head -1)
-omlx pull "$first" --dtype bfloat16 --name SmolLM2-135M-Instruct >/dev/null
+if [[ ! -f $OMLX_HOME/models/SmolLM2-135M-Instruct/config.json ]]; then
+    first=$(ls "$parts"/*.gguf* | sort | head -1)
+    omlx pull "$first" --dtype bfloat16 --name SmolLM2-135M-Instruct >/dev/null
+fi
 echo "import done after $(( $(date +%s) - start )) s"
 
 common=(--target SmolLM2-135M-Instruct --out "$draft"
         --max-new-tokens 256 --sampled 1 --sample-temperature 0.7 --gen-batch 256)
 read -r -a smoke <<< "${SMOKE_FLAGS:-}"
-omlx draft train "${common[@]}" --data-only --json "${smoke[@]}"
+omlx draft train "${common[@]}" --data-only --data-budget "${DATA_MAX_S:-180}" --json \
+    "${smoke[@]}" | grep -v '"kind": "data"' || true
 elapsed=$(( $(date +%s) - start ))
 budget=$(( deadline - elapsed - 60 ))
 (( budget > ${TRAIN_MAX_S:-300} )) && budget=${TRAIN_MAX_S:-300}
 echo "data done after $elapsed s; training for $budget s"
 
-omlx draft train "${common[@]}" --time-budget "$budget" --steps 1000000 \
+omlx draft train "${common[@]}" --data-budget 0 --time-budget "$budget" --steps 1000000 \
     --batch-size 32 --anchors 32 --lr 8e-4 --warmup 0.04 --block-size 16 \
-    --eval-every 200 --checkpoint-every 2000 --save-dtype bfloat16 --shard-mb 15 --json "${smoke[@]}"
+    --eval-every 200 --checkpoint-every 2000 --save-dtype bfloat16 --shard-mb 15 --json \
+    "${smoke[@]}"
 echo "all done after $(( $(date +%s) - start )) s"

@@ -58,6 +58,12 @@ def train(
     sample_temperature: float = typer.Option(0.7, "--sample-temperature", min=0.0),
     gen_batch: int = typer.Option(64, "--gen-batch", min=1, help="Streams while generating."),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Default: OUT/data."),
+    data_budget: float | None = typer.Option(
+        None,
+        "--data-budget",
+        min=0.0,
+        help="Seconds of generation (0: none); train on what is done, finish it next run.",
+    ),
     layers: int | None = typer.Option(None, "--layers", min=1, help="Draft layers."),
     intermediate_size: int | None = typer.Option(
         None, "--intermediate-size", min=1, help="Draft MLP size (width is the target's)."
@@ -117,6 +123,8 @@ def train(
     def on_progress(done: int, total: int) -> None:
         nonlocal task
         if progress_bar is None:
+            if done == total or done % 64 == 0:
+                print(json.dumps({"kind": "data", "done": done, "total": total}), flush=True)
             return
         if task is None:
             progress_bar.start()
@@ -162,6 +170,7 @@ def train(
             data_dir=data_dir,
             resume=resume,
             data_only=data_only,
+            data_budget_s=data_budget,
             on_event=emit,
             on_progress=on_progress,
             log=None if as_json else lambda msg: err_console.print(msg, style="dim"),

@@ -85,15 +85,6 @@ def read_samples(path: Path) -> list[Sample]:
     return samples
 
 
-def write_samples(path: Path, samples: Sequence[Sample]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w") as f:
-        for s in samples:
-            f.write(json.dumps(asdict(s)) + "\n")
-    tmp.replace(path)
-
-
 def generate_replies(
     model: nn.Module,
     prompts: Sequence[Sequence[int]],
@@ -132,6 +123,12 @@ def generate_replies(
     return [replies[uid] for uid in uids]
 
 
+def _append_samples(path: Path, samples: Sequence[Sample]) -> None:
+    with path.open("a") as f:
+        for s in samples:
+            f.write(json.dumps(asdict(s)) + "\n")
+
+
 def build_dataset(
     model: nn.Module,
     tokenizer: Any,
@@ -140,37 +137,60 @@ def build_dataset(
     *,
     cache_dir: Path,
     target_id: str,
+    time_budget_s: float | None = None,
+    chunk_size: int | None = None,
     progress: Progress | None = None,
     log: Callable[[str], None] | None = None,
 ) -> tuple[list[Sample], Path, bool]:
-    """The samples for `records`, from the cache when present; (samples, file, cached)."""
+    """The samples for `records`, from the cache when present; (samples, file, cached).
+
+    Replies are generated in chunks of prompts and appended to a `.partial` file as each
+    chunk ends, so an interrupted run picks up where it stopped. With `time_budget_s`,
+    no new chunk starts once that much time has gone (one always runs, except with a
+    budget of 0, which takes what is on disk): the samples so far are returned from the
+    partial file, which the next run completes.
+    """
     prompts = [encode(tokenizer, r) for r in records]
     path = Path(cache_dir) / f"distill-{cache_key(target_id, prompts, settings)}.jsonl"
     if path.is_file():
         return read_samples(path), path, True
+    partial = path.with_suffix(".partial.jsonl")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    samples = read_samples(partial) if partial.is_file() else []
     eos = list(getattr(tokenizer, "eos_token_ids", None) or [tokenizer.eos_token_id])
     passes = [(True, 0.0)] + [(False, settings.temperature)] * settings.num_sampled
     total = len(prompts) * len(passes)
-    samples: list[Sample] = []
+    chunk = chunk_size or max(4 * settings.batch_size, 256)
     start = time.perf_counter()
-    for i, (greedy, temperature) in enumerate(passes):
-        mx.random.seed(settings.seed + i)
-        offset = i * len(prompts)
+    # Samples are stored in (pass, prompt) order, so the ones on disk are a prefix.
+    job = len(samples)
+    while job < total and time_budget_s != 0:
+        pass_index, first = divmod(job, len(prompts))
+        greedy, temperature = passes[pass_index]
+        last = min(first + chunk, len(prompts))
+        mx.random.seed(settings.seed + 1_000_003 * pass_index + first)
 
-        def report(done: int, _total: int, offset: int = offset) -> None:
+        def report(done: int, _total: int, offset: int = job) -> None:
             if progress:
                 progress(offset + done, total)
 
         replies = generate_replies(
-            model, prompts, eos, settings, temperature=temperature, progress=report
+            model, prompts[first:last], eos, settings, temperature=temperature, progress=report
         )
-        for record, ids, reply in zip(records, prompts, replies, strict=True):
-            samples.append(
-                Sample(record.id, record.category, record.split, greedy, tuple(ids), tuple(reply))
-            )
+        new = [
+            Sample(r.id, r.category, r.split, greedy, tuple(ids), tuple(reply))
+            for r, ids, reply in zip(records[first:last], prompts[first:last], replies, strict=True)
+        ]
+        _append_samples(partial, new)
+        samples += new
+        job += len(new)
+        if time_budget_s is not None and time.perf_counter() - start >= time_budget_s:
+            break
     if log:
         num_tokens = sum(len(s.reply_ids) for s in samples)
         elapsed = time.perf_counter() - start
-        log(f"generated {num_tokens} reply tokens in {elapsed:.1f} s")
-    write_samples(path, samples)
+        log(f"{len(samples)}/{total} replies, {num_tokens} reply tokens, in {elapsed:.1f} s")
+    if len(samples) < total:
+        return samples, partial, False
+    partial.replace(path)
     return samples, path, False

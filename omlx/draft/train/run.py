@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -40,6 +41,7 @@ def train_draft(
     data_dir: str | Path | None = None,
     resume: bool = False,
     data_only: bool = False,
+    data_budget_s: float | None = None,
     on_event: Event | None = None,
     on_progress: Progress | None = None,
     log: Callable[[str], None] | None = None,
@@ -61,6 +63,8 @@ def train_draft(
         records = select(records, split="train", limit=max_prompts - keep_heldout) + select(
             heldout, limit=keep_heldout
         )
+    # A seeded shuffle: data cut short by its time budget still covers every category.
+    random.Random(generation.seed).shuffle(records)
     started = time.perf_counter()
     samples, data_file, cached = build_dataset(
         model,
@@ -69,17 +73,19 @@ def train_draft(
         generation,
         cache_dir=data_dir,
         target_id=target_fingerprint(target_path),
+        time_budget_s=data_budget_s,
         progress=on_progress,
         log=log,
     )
     data_s = time.perf_counter() - started
     if log:
-        log(f"{'reused' if cached else 'wrote'} {len(samples)} samples: {data_file}")
+        log(f"{'reused' if cached else 'have'} {len(samples)} samples: {data_file}")
     data = {
         "file": str(data_file),
         "cached": cached,
         "seconds": round(data_s, 2),
         "samples": len(samples),
+        "complete": not data_file.name.endswith(".partial.jsonl"),
         "reply_tokens": sum(len(s.reply_ids) for s in samples),
     }
     if data_only:

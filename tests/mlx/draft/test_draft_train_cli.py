@@ -62,3 +62,37 @@ def test_bad_prompt_file_is_a_clean_error(tiny_llama_dir, tmp_path):
     )  # fmt: skip
     assert result.exit_code == 1
     assert 'needs a non-empty "prompt" or "messages"' in result.output
+
+
+def test_generation_stops_on_its_budget_and_resumes(tiny_llama_dir, tmp_path):
+    from omlx.draft.train.data import GenerationSettings, build_dataset
+    from omlx.draft.train.prompts import read_prompt_file, select
+    from omlx.mlx_lm_compat import load
+
+    model, tokenizer = load(str(tiny_llama_dir))
+    records = select(read_prompt_file(), split="train", limit=5)
+    settings = GenerationSettings(max_new_tokens=4, num_sampled=1, batch_size=2)
+
+    def build(**kw):
+        return build_dataset(
+            model, tokenizer, records, settings, cache_dir=tmp_path / "data", target_id="t",
+            chunk_size=2, **kw,
+        )  # fmt: skip
+
+    first, file, cached = build(time_budget_s=1e-9)
+    assert len(first) == 2 and file.name.endswith(".partial.jsonl") and not cached
+    assert build(time_budget_s=0)[0] == first  # nothing new
+    second, _, _ = build(time_budget_s=1e-9)
+    assert len(second) == 4 and second[:2] == first
+    rest, file, _ = build()
+    assert len(rest) == 10 and not file.name.endswith(".partial.jsonl")
+    assert [s.greedy for s in rest] == [True] * 5 + [False] * 5
+    assert [s.prompt_id for s in rest] == [r.id for r in records] * 2
+    again, same, cached = build()
+    assert cached and same == file and again == rest
+
+    fresh, _, _ = build_dataset(
+        model, tokenizer, records, settings, cache_dir=tmp_path / "fresh", target_id="t",
+        chunk_size=2,
+    )  # fmt: skip
+    assert fresh == rest  # an interrupted run ends with the same data as one that was not
