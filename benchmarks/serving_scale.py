@@ -255,14 +255,21 @@ class TraceWindow:
                 if row.get("kind") == "meta":
                     self.pid, self.engine_tid = row["pid"], row["engine_tid"]
 
-    def breakdown(self, tokens: int) -> dict:
-        time.sleep(1.0)  # an idle engine writes its buffered rows within IDLE_WAIT_S
-        rows = []
-        with contextlib.suppress(OSError):
-            for line in self.path.read_text().splitlines():
-                row = json.loads(line)
-                if row.get("kind") == "step" and self.t0 <= row["t"] <= self.t1:
-                    rows.append(row)
+    def breakdown(self, tokens: int, wait_s: float = 60.0) -> dict:
+        """The level's rows, once the engine went idle after it (it may still be storing
+        finished sequences when the last client has its answer)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            rows, idle = [], False
+            with contextlib.suppress(OSError):
+                for line in self.path.read_text().splitlines():
+                    row = json.loads(line)
+                    if row.get("kind") == "step" and self.t0 <= row["t"]:
+                        rows.append(row)
+                    idle = idle or (row.get("kind") == "idle" and row["t"] >= self.t1)
+            if idle or time.monotonic() > deadline:
+                break
+            time.sleep(0.25)
         return step_breakdown(rows, tokens, self.cpu0, self.cpu1)
 
 
@@ -291,6 +298,10 @@ def step_breakdown(rows: list[dict], tokens: int, cpu0, cpu1) -> dict:
         "publish_ms": mean("publish_s"),
         "flush_ms": mean("flush_s"),
         "store_ms": mean("store_s"),
+        # Totals: admission (prefix-cache fetches) and stores come in bursts a mean hides.
+        "admit_total_s": round(sum(r["admit_s"] for r in rows), 3),
+        "store_total_s": round(sum(r["store_s"] for r in rows), 3),
+        "prefill_steps": sum(1 for r in rows if r["prompt_tokens"]),
         "decode_only_step_ms": round(
             1000 * sum(r["step_s"] for r in decode_rows) / len(decode_rows), 3
         )

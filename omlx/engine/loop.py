@@ -142,7 +142,8 @@ class EngineLoop:
         self._tune_blas()
         t5 = clock()
         if trace.batch is None:  # no batch step this tick: a moment to write the rows
-            trace.flush()
+            if not self._live and not self._waiting:
+                trace.idle()
             return
         trace.step(
             {

@@ -75,6 +75,13 @@ class StepTrace:
         if len(self._rows) >= WRITE_EVERY:
             self.flush()
 
+    def idle(self) -> None:
+        """The engine has nothing to run: mark it (once per busy spell) and write the rows,
+        so a reader knows every step before this moment is on disk."""
+        if self._rows:
+            self._rows.append(json.dumps({"kind": "idle", "t": time.monotonic()}))
+        self.flush()
+
     def flush(self) -> None:
         if not self._rows:
             return

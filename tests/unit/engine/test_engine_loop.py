@@ -397,11 +397,12 @@ def test_step_trace_writes_a_row_per_batch_step(tmp_path: Path) -> None:
         h.submit("b", prompt_len=4, max_tokens=3)
         for _ in range(4):  # prefill, then three tokens each
             h.tick()  # a tick, then the event loop runs its hand-off
-        h.loop._trace.flush()
+        h.tick()  # nothing left: the engine marks itself idle and writes its rows
     finally:
         h.close()
     lines = [json.loads(x) for x in path.read_text().splitlines()]
-    meta, rows = lines[0], lines[1:]
+    meta, rows, last = lines[0], lines[1:-1], lines[-1]
+    assert last["kind"] == "idle" and last["t"] >= rows[-1]["t"]
     assert meta["kind"] == "meta" and meta["model"] == "fake" and meta["engine_tid"] > 0
     assert [r["decoding"] for r in rows] == [0, 2, 2, 2]  # one row per batch step
     assert rows[0]["prompt_tokens"] == 7 and len(rows[0]["admit_waits_s"]) == 2
