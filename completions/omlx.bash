@@ -90,7 +90,7 @@ _omlx() {
     local opts="" subs=""
     case "$cmd" in
         "omlx") opts="--version -V --help -h"; subs="serve pull models pin unpin bench dflash-bench top completions cache draft config launch" ;;
-        "omlx serve") opts="--host --port --api-key --model-dir --model --max-running --max-queued --keepalive --keepalive-interval --draft --dflash --log-level --config --help -h"; subs="" ;;
+        "omlx serve") opts="--host --port --api-key --model-dir --model --max-running --max-queued --keepalive --keepalive-interval --draft --preload --no-preload --dflash --log-level --config --help -h"; subs="" ;;
         "omlx pull") opts="--name --dtype --revision --dry-run --help -h"; subs="" ;;
         "omlx models") opts="--json --help -h"; subs="" ;;
         "omlx pin") opts="--help -h"; subs="" ;;

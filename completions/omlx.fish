@@ -35,6 +35,7 @@ complete -c omlx -n "test (__omlx_cmd) = 'omlx serve'" -l max-queued -r -F -d 'R
 complete -c omlx -n "test (__omlx_cmd) = 'omlx serve'" -l keepalive -r -F -d 'SSE keep-alive before the first token: comment|chunk|off (env OMLX_SERVER__KEEPALIVE_MODE)'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx serve'" -l keepalive-interval -r -F -d 'Seconds between keep-alive frames (env OMLX_SERVER__KEEPALIVE_INTERVAL_S)'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx serve'" -l draft -r -F -d 'DFlash draft folder for the default model ('\''random'\'': an untrained draft) (env OMLX_DRAFT__PATH)'
+complete -c omlx -n "test (__omlx_cmd) = 'omlx serve'" -l preload -l no-preload -d 'Load the default model at start; GET /ready answers 200 once it is loaded (env OMLX_ENGINE__PRELOAD)'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx serve'" -l dflash -d 'Serve the default model with DFlash (draft: --draft or draft.path, else '\''random'\'')'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx serve'" -l log-level -r -F -d 'DEBUG|INFO|WARNING|ERROR (env OMLX_LOG__LEVEL)'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx serve'" -l config -r -F -d 'Config file (env OMLX_CONFIG; default $OMLX_HOME/config.toml)'

@@ -52,6 +52,10 @@ class ServerSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
 
 class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     default_model: Annotated[str, _doc("Model served when a request names none")] = ""
+    preload: Annotated[
+        bool,
+        _doc("Load the default model at start, not at the first request (GET /ready says when)"),
+    ] = False
     max_running: Annotated[
         int, _doc("Sequences decoded together per model"), msgspec.Meta(ge=1)
     ] = 32

@@ -283,6 +283,11 @@ class ModelPool(Protocol):
         """Every model with its load state, memory, last use and TTL; the budget."""
         ...
 
+    def model_state(self, name: str | None = None) -> tuple[str, str]:
+        """(name, "loaded" | "loading" | "available") of a model, of the default model when
+        `name` is None ("" when there is none). Cheap, no store scan: GET /ready polls it."""
+        ...
+
     async def set_ttl(self, name: str | None, ttl_s: float | None) -> None:
         """Idle TTL of one model (`name`), or the default one (`name` None); None for a
         model drops its own TTL (back to the default), 0 means never."""

@@ -309,6 +309,13 @@ class LocalModelPool:
             budget_bytes=self.policy.budget_bytes, used_bytes=self.policy.used_bytes, data=rows
         )
 
+    def model_state(self, name: str | None = None) -> tuple[str, str]:
+        name = self._default if name is None else name
+        entry = self.policy.entries.get(name)
+        if entry is None:
+            return name, "available"
+        return name, "loading" if entry.is_loading else "loaded"
+
     def _type_of(self, name: str) -> str:
         found = next((r.type for r in self._resolved.values() if r.name == name), None)
         if found is None and name in self._models:

@@ -15,6 +15,7 @@ from omlx.server.auth import PUBLIC_ROUTES, PublicRoutes, SessionCheck, make_api
 from omlx.server.errors import exception_handler
 from omlx.server.openapi import openapi_config
 from omlx.server.origin import OriginPolicy, make_origin_guard
+from omlx.server.preload import start_preload
 from omlx.server.request_log import HttpCounters, RequestLogMiddleware
 from omlx.server.routes import (
     anthropic,
@@ -74,6 +75,10 @@ def create_app(
         *extra_routes,
     ]
 
+    async def preload(app: Litestar) -> None:
+        if settings.engine.preload:
+            start_preload(pool, app.state)
+
     async def close_pool() -> None:
         await admin.stop()
         if close_pool_on_shutdown:
@@ -107,7 +112,7 @@ def create_app(
         else None,
         # Text routes hold their bodies to max_request_bytes themselves (json_body.py).
         request_max_body_size=max(server.max_request_bytes, server.max_image_request_bytes),
-        on_startup=[admin.start],
+        on_startup=[admin.start, preload],
         on_shutdown=[close_pool],
         openapi_config=openapi_config(),
         logging_config=None,

@@ -43,8 +43,9 @@ class PublicRoutes:
         return PublicRoutes(self.templates | frozenset(templates))
 
 
-# Liveness only: probes and `omlx top` poll it before they know a key.
-PUBLIC_ROUTES = PublicRoutes(frozenset({"/health"}))
+# Liveness and readiness only: probes and `omlx top` poll them before they know a key
+# (neither says more than whether the server is up and its default model loaded).
+PUBLIC_ROUTES = PublicRoutes(frozenset({"/health", "/ready"}))
 
 
 def supplied_key(connection: Connection) -> str | None:

@@ -182,3 +182,55 @@ def test_serve_dflash_answers_like_the_batched_path(tmp_path: Path, tiny_qwen3_d
     assert "served_by=batch" in plain_log
     assert "DFlash: tiny served with draft random" in fast_log
     assert "served_by=dflash" in fast_log
+
+
+def _ready(base_url: str) -> httpx.Response:
+    return httpx.get(f"{base_url}/ready", timeout=5)
+
+
+def _wait_ready(base_url: str, proc: subprocess.Popen[str], timeout_s: float = 90) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        r = _ready(base_url)
+        if r.status_code == 200:
+            return r.json()
+        assert r.status_code == 503 and r.json()["status"] in ("loading", "not_loaded")
+        time.sleep(0.2)
+    raise AssertionError("never ready")
+
+
+@pytest.mark.parametrize("preload", [True, False], ids=["preload", "lazy"])
+def test_ready_says_when_the_default_model_is_loaded(
+    tmp_path: Path, tiny_llama_dir: Path, preload: bool
+) -> None:
+    models = tmp_path / "models"
+    shutil.copytree(tiny_llama_dir, models / "tiny")
+    port = _free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "omlx.cli.main", "serve", "--model-dir", str(models),
+           "--model", "tiny", "--port", str(port), "--api-key", "k3y"]  # fmt: skip
+    if preload:
+        cmd.append("--preload")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_healthy(base_url, proc)
+        if not preload:
+            # Live but not ready: the first request would pay the load.
+            assert _ready(base_url).json() == {
+                "status": "not_loaded", "default_model": "tiny", "error": None,
+            }  # fmt: skip
+            body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+            r = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=60,
+                           headers={"Authorization": "Bearer k3y"})  # fmt: skip
+            assert r.status_code == 200, r.text
+        # /ready needs no key, as /health does; with --preload no request was sent at all.
+        assert _wait_ready(base_url, proc) == {
+            "status": "ready", "default_model": "tiny", "error": None,
+        }  # fmt: skip
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    log = proc.stdout.read() if proc.stdout else ""
+    assert ("preloading default model tiny" in log) == preload
+    assert ("POST /v1/chat/completions" in log) != preload

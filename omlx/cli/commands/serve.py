@@ -63,6 +63,12 @@ def serve(
         help="DFlash draft folder for the default model ('random': an untrained draft) "
         + _env("draft.path"),
     ),
+    preload: bool = typer.Option(
+        None,
+        "--preload/--no-preload",
+        help="Load the default model at start; GET /ready answers 200 once it is loaded "
+        + _env("engine.preload"),
+    ),
     dflash: bool = typer.Option(
         False,
         "--dflash",
@@ -82,6 +88,7 @@ def serve(
         "engine.default_model": model,
         "engine.max_running": max_running,
         "engine.max_queued": max_queued,
+        "engine.preload": preload,
         "server.keepalive_mode": keepalive,
         "server.keepalive_interval_s": keepalive_interval,
         "log.level": log_level,
@@ -133,7 +140,8 @@ def run_server(settings: Settings, loaded: LoadedSettings | None = None) -> None
         raise
     host, port = sock.getsockname()[:2]
     console.print(
-        f"omlx serving at http://{_url_host(host)}:{port} (default model: {default}; Ctrl-C stops)",
+        f"omlx serving at http://{_url_host(host)}:{port} (default model: {default}"
+        f"{', loading now' if settings.engine.preload else ''}; Ctrl-C stops)",
         highlight=False,
     )
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the

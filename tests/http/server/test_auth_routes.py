@@ -55,8 +55,8 @@ def _send(
         return r
 
 
-def test_public_allowlist_is_health_only() -> None:
-    assert PublicRoutes(frozenset({"/health"})) == PUBLIC_ROUTES
+def test_public_allowlist_is_liveness_and_readiness_only() -> None:
+    assert PublicRoutes(frozenset({"/health", "/ready"})) == PUBLIC_ROUTES
     admin = PUBLIC_ROUTES.extended(["/admin/login"])
     assert admin.allows("/admin/login") and admin.allows("/health")
     assert not admin.allows("/admin/login/x") and not PUBLIC_ROUTES.allows("/admin/login")
@@ -72,9 +72,9 @@ def test_every_route_needs_the_key_unless_public(keyed: LiveServer) -> None:
             open_routes.append((method, template, r.status_code))
         elif method != "HEAD":
             assert KEY not in r.text
-    # The only way in without the key: /health and the admin's login pages and assets
-    # (its pages send a browser without a session to the login; its JSON API needs one).
-    public = {"/health", *ADMIN_PUBLIC}
+    # The only way in without the key: /health, /ready and the admin's login pages and
+    # assets (its pages send a browser without a session to the login; its API needs one).
+    public = {"/health", "/ready", *ADMIN_PUBLIC}
     assert {t for _, t, _ in open_routes} == public, open_routes
     assert {
         "/admin", "/admin/login", "/admin/{name}", "/admin/static/{version}/{rel}"
