@@ -55,6 +55,7 @@ _omlx() {
         "omlx draft train --sample-temperature") COMPREPLY=(); return ;;
         "omlx draft train --gen-batch") COMPREPLY=(); return ;;
         "omlx draft train --data-dir") COMPREPLY=(); return ;;
+        "omlx draft train --data-budget") COMPREPLY=(); return ;;
         "omlx draft train --layers") COMPREPLY=(); return ;;
         "omlx draft train --intermediate-size") COMPREPLY=(); return ;;
         "omlx draft train --heads") COMPREPLY=(); return ;;
@@ -103,7 +104,7 @@ _omlx() {
         "omlx cache inspect") opts="--model -m --json --help -h"; subs="" ;;
         "omlx cache clear") opts="--model -m --tier --help -h"; subs="" ;;
         "omlx draft") opts="--help -h"; subs="train" ;;
-        "omlx draft train") opts="--target --out --prompts --max-prompts --max-new-tokens --sampled --sample-temperature --gen-batch --data-dir --layers --intermediate-size --heads --block-size --target-layers --steps --time-budget --batch-size --anchors --lr --warmup --dtype --save-dtype --shard-mb --eval-every --checkpoint-every --seed --resume --data-only --json --help -h"; subs="" ;;
+        "omlx draft train") opts="--target --out --prompts --max-prompts --max-new-tokens --sampled --sample-temperature --gen-batch --data-dir --data-budget --layers --intermediate-size --heads --block-size --target-layers --steps --time-budget --batch-size --anchors --lr --warmup --dtype --save-dtype --shard-mb --eval-every --checkpoint-every --seed --resume --data-only --json --help -h"; subs="" ;;
         "omlx config") opts="--help -h"; subs="show set" ;;
         "omlx config show") opts="--json --help -h"; subs="" ;;
         "omlx config set") opts="--help -h"; subs="" ;;

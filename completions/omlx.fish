@@ -100,6 +100,7 @@ complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l sampled -r -F -d
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l sample-temperature -r -F -d ''
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l gen-batch -r -F -d 'Streams while generating'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l data-dir -r -F -d 'Default: OUT/data'
+complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l data-budget -r -F -d 'Seconds of generation (0: none); train on what is done, finish it next run'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l layers -r -F -d 'Draft layers'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l intermediate-size -r -F -d 'Draft MLP size (width is the target'\''s)'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l heads -r -F -d ''
