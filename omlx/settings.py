@@ -203,7 +203,8 @@ class AdminSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
         msgspec.Meta(pattern=r"^(scrypt\$[0-9]+\$[0-9]+\$[0-9]+\$[^$]+\$[^$]+)?$"),
     ] = ""
     session_idle_s: Annotated[
-        float, _doc("Web admin sessions end after this many seconds without a request"),
+        float,
+        _doc("Web admin sessions end after this many seconds without a request"),
         msgspec.Meta(gt=0),
     ] = 1800.0
 

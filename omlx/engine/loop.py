@@ -279,6 +279,9 @@ class EngineLoop:
     # -- phase 2: admit ----------------------------------------------------------------
 
     def _admit(self) -> None:
+        # What a request cancelled in this tick computed is stored before anything is
+        # admitted: a client's retry often arrives together with its cancel.
+        self._store_finished()
         while self._waiting and len(self._live) < self.settings.max_running:
             sub = self._waiting.popleft()
             try:

@@ -68,6 +68,11 @@ class HermesAgent(Tool):
         if not args or args[0] == "chat":
             rest = args[1:] if args else []
             argv = [self.binary, "chat", "--provider", PROVIDER_ID, "--model", model.id, *rest]
-        return Plan(
-            changes=[FileChange(path, old, new)], argv=argv, env=target.key_env(), notes=notes
-        )
+        # Hermes's first-run guard looks for a provider key or endpoint in the environment
+        # (or a default model in config.yaml, which stays the user's): name omlx there.
+        env = {
+            **target.key_env(),
+            "OPENAI_BASE_URL": target.server.openai_base,
+            "OPENAI_API_KEY": target.key,
+        }
+        return Plan(changes=[FileChange(path, old, new)], argv=argv, env=env, notes=notes)

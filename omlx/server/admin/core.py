@@ -141,8 +141,10 @@ def query_int(params: Any, name: str, default: int) -> int:
 def _holds_api_key(connection: ASGIConnection[Any, Any, Any, Any]) -> bool:
     expected = admin_of(connection).api_key
     supplied = supplied_key(connection)
-    return bool(expected) and supplied is not None and hmac.compare_digest(
-        supplied.encode(), expected.encode()
+    return (
+        bool(expected)
+        and supplied is not None
+        and hmac.compare_digest(supplied.encode(), expected.encode())
     )
 
 

@@ -201,11 +201,14 @@ class RecordingPrefix:
 
     def __init__(self) -> None:
         self.stored: list[tuple[list[int], Any]] = []
+        self.calls: list[str] = []
 
     def fetch(self, ids: list[int]) -> tuple[None, int]:
+        self.calls.append("fetch")
         return None, 0
 
     def store(self, tokens: list[int], cache: Any) -> None:
+        self.calls.append("store")
         self.stored.append((list(tokens), cache))
 
 
@@ -337,6 +340,19 @@ def test_cancel_of_a_running_request_frees_its_row_and_admits_the_next() -> None
         assert kinds(h.events("b")) == ["Started"]  # admitted in the same tick
         # What the cancelled row had computed goes to the prefix cache, as a finish's does.
         assert h.prefix.stored == [([1, 2, 3], ["kv"])]
+    finally:
+        h.close()
+
+
+def test_a_retry_arriving_with_the_cancel_looks_up_what_the_cancel_stored() -> None:
+    h = Harness(max_running=2)
+    try:
+        h.submit("a", max_tokens=50)
+        h.tick(2)
+        h.loop.commands.put(Cancel(RequestId("a")))
+        h.submit("a-retry", max_tokens=1)  # drained in the same tick as the cancel
+        h.tick()
+        assert h.prefix.calls[-2:] == ["store", "fetch"]
     finally:
         h.close()
 
