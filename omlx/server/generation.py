@@ -34,10 +34,12 @@ from omlx.server.request_log import current_record
 from omlx.server.sse import keepalive_frame, keepalive_interval, sse_response
 from omlx.settings import Settings
 
-# How long a streaming route waits for the engine's first event before it starts the
-# SSE response: errors that come at once (unknown model, queue full) keep their HTTP
-# status; later ones become in-stream error events.
-ADMISSION_WAIT_S = 0.25
+# How long a streaming route waits for the engine's first event (Started: the request
+# was validated, tokenized and admitted; prefill, with its keep-alives, comes after)
+# before it starts the SSE response anyway. Errors before then keep their HTTP status
+# (a long prompt past the window is a 400, not a 200 stream holding an error event);
+# only a request still queued behind busy slots after this long starts streaming.
+ADMISSION_WAIT_S = 60.0
 
 
 def pool_of(request: Request[Any, Any, Any]) -> ModelPool:
@@ -78,11 +80,10 @@ def begin(request: Request[Any, Any, Any], gen: GenerationRequest) -> EventStrea
 
 
 async def admit(stream: EventStream) -> None:
-    """Wait briefly for the first event; raise the request's error if it failed at once.
+    """Wait for the first event; raise the request's error if it failed before it.
 
-    While the model is still to be loaded the wait lasts until the first event: the
-    request is validated only once the model (its tokenizer, its context) is there, and
-    a bad request must get its 400, not an HTTP 200 stream holding an error event.
+    While the model is still to be loaded the wait has no limit: the request is
+    validated only once the model (its tokenizer, its context) is there.
     """
     first = await stream.next(ADMISSION_WAIT_S if stream.model_is_loaded() else None)
     if first is None:
