@@ -120,19 +120,32 @@ CASES = {
     "opencode": (
         "/v1/chat/completions",
         ["run", QUESTION],
-        {".config/opencode/opencode.json": '{\n  // mine\n  "theme": "opencode"\n}\n'},
+        # No tools: OpenCode's prompt with them is 7.8k tokens of the model's 8k.
+        {".config/opencode/opencode.json": '{\n  // mine\n  "tools": {"*": false}\n}\n'},
     ),
     "openclaw": (
         "/v1/chat/completions",
         ["agent", "exec", QUESTION, "--local-model-lean"],
-        {".openclaw/openclaw.json": "// mine\n{ gateway: { mode: 'local' } }\n"},
+        # The minimal tool profile: with the default one the prompt outgrows the 8k window.
+        {".openclaw/openclaw.json": "// mine\n{ tools: { profile: 'minimal' } }\n"},
     ),
     "hermes": (
         "/v1/chat/completions",
-        ["chat", "-q", QUESTION, "-Q"],
+        ["chat", "-q", QUESTION, "-Q", "-t", "clarify", "--ignore-rules"],
         {".hermes/config.yaml": "# mine\ndisplay:\n  compact: true\n"},
     ),
-    "copilot": ("/v1/chat/completions", ["-p", QUESTION, "--allow-all-tools"], {}),
+    "copilot": (
+        "/v1/chat/completions",
+        [
+            "-p",
+            QUESTION,
+            "--available-tools",
+            "view",
+            "--disable-builtin-mcps",
+            "--no-custom-instructions",
+        ],
+        {},
+    ),
     "pi": (
         "/v1/chat/completions",
         ["-p", QUESTION, "--no-tools", "--no-skills", "--no-context-files", "--offline"],
