@@ -176,6 +176,14 @@ class AgentSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
             '(e.g. {"sonnet": "qwen3-8b"} serves claude-sonnet-4-5)'
         ),
     ] = {}
+    claude_fallback: Annotated[
+        bool,
+        _doc(
+            "Anthropic API: a claude-* or opus/sonnet/haiku name that is neither a model nor "
+            "an alias is served by the default model (Claude Code sends such names); "
+            "false = 404"
+        ),
+    ] = True
     context_window_tokens: Annotated[
         int,
         _doc(

@@ -16,7 +16,11 @@ _TIERS = ("opus", "sonnet", "haiku")
 
 
 def resolve_model(name: str, settings: Settings, models: list[ModelInfo]) -> str:
-    """The local model for a client's model name: alias, real id, tier keyword, default."""
+    """The local model for a client's model name, first match wins: an alias named
+    exactly, a model's id, an alias contained in the name (case-insensitive), then the
+    default model for an empty name and, with `agents.claude_fallback`, for a name that
+    starts with "claude" or is a tier (opus, sonnet, haiku). Anything else is returned
+    as is, so the pool answers 404 for it."""
     aliases = settings.agents.model_aliases
     if name in aliases:
         return aliases[name]
@@ -27,8 +31,10 @@ def resolve_model(name: str, settings: Settings, models: list[ModelInfo]) -> str
         if key.lower() in lowered:
             return target
     default = settings.engine.default_model
-    # Claude Code asks for claude-* (and tier names); serve the default model then.
-    if default and (not name or lowered.startswith("claude") or lowered in _TIERS):
+    # Claude Code asks for claude-* (and tier names) and cannot be told otherwise without
+    # an alias: serve the default model then, unless that fallback is switched off.
+    is_claude = lowered.startswith("claude") or lowered in _TIERS
+    if default and (not name or (is_claude and settings.agents.claude_fallback)):
         return default
     if not name:
         raise InvalidRequest("no model given and no default model configured", param="model")

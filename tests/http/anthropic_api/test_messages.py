@@ -268,6 +268,21 @@ def test_aliases_and_context_scaling(scaled_settings: Settings) -> None:
         assert pool.requests[-1].model == "fake-model"  # no opus alias: the default model
 
 
+def test_claude_names_get_404_without_the_fallback() -> None:
+    from tests.fixtures.live_server import running_server
+
+    settings = Settings(
+        agents=AgentSettings(claude_fallback=False),
+        engine=EngineSettings(default_model="fake-model"),
+    )
+    with running_server(FakeModelPool(models=("fake-model",)), settings) as live:
+        client = anthropic.Anthropic(base_url=live.base_url, api_key="k", max_retries=0)
+        with pytest.raises(anthropic.NotFoundError) as caught:
+            client.messages.create(model="claude-opus-4-1", max_tokens=8, messages=USER)
+        assert caught.value.body["error"]["type"] == "not_found_error"
+        assert "claude-opus-4-1" in caught.value.body["error"]["message"]
+
+
 def test_tool_input_is_json_text_in_request(pool: FakeModelPool, client) -> None:
     client.messages.create(
         model="fake-model",
