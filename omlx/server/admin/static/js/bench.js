@@ -23,7 +23,7 @@ function drawChart(levels) {
       label: t("js.bench.prompt_series", { n: w }), stroke: cssVar(COLORS[i % COLORS.length]), width: 2,
       points: { show: true, size: 6 }, value: (u, v) => fmt.num(v),
     }))],
-    axes: [{ stroke: muted, grid: { stroke: grid }, values: (u, vals) => vals.map((v) => (Number.isInteger(v) ? String(v) : "")) },
+    axes: [{ stroke: muted, grid: { stroke: grid }, splits: () => concs, values: (u, vals) => vals.map(String) },
       { stroke: muted, grid: { stroke: grid }, size: 56, values: (u, vals) => vals.map((v) => fmt.num(v, 0)) }],
   }, data, el);
   el.dataset.points = String(concs.length);

@@ -46,7 +46,7 @@ function append(time, point) {
 }
 
 const plots = [];
-const clock = new Intl.DateTimeFormat(document.documentElement.lang || "en", { hour: "2-digit", minute: "2-digit" });
+const clock = new Intl.DateTimeFormat(document.documentElement.lang || "en", { hour: "2-digit", minute: "2-digit", second: "2-digit" });
 function buildCharts() {
   while (plots.length) plots.pop().destroy();
   const muted = cssVar("--muted"), grid = cssVar("--border");
@@ -54,7 +54,7 @@ function buildCharts() {
     const el = document.getElementById(c.id);
     if (!el || !window.uPlot) continue;
     const fmtv = (v) => (v == null ? "–" : fmt[c.unit](v));
-    const tick = (v) => (c.unit === "bytes" ? fmt.bytesShort(v) : c.unit === "ms" ? fmt.num(v, 0) : fmt.num(v, v < 10 && c.unit !== "int" ? 1 : 0));
+    const tick = (v) => (c.unit === "bytes" ? fmt.bytesShort(v) : c.unit === "ms" || !v ? fmt.num(v, 0) : fmt.num(v, v < 10 && c.unit !== "int" ? 1 : 0));
     const axis = (scale, side) => ({
       scale, side, stroke: muted, grid: { stroke: grid, width: 1, show: side !== 1 },
       ticks: { stroke: grid }, size: 56, values: (u, vals) => vals.map(tick),
@@ -67,7 +67,7 @@ function buildCharts() {
         label: t(label), stroke: cssVar(color), width: 1.6, scale: scale || "y",
         value: (u, v) => fmtv(v), spanGaps: false, points: { show: false },
       }))],
-      axes: [{ stroke: muted, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid },
+      axes: [{ stroke: muted, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid }, space: 90,
         values: (u, vals) => vals.map((v) => clock.format(v * 1000)) }, axis("y", 3),
         ...(hasSecond ? [axis("ms2", 1)] : [])],
       legend: { live: true },
