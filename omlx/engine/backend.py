@@ -72,3 +72,11 @@ class EngineBackend(Protocol):
     def release(self) -> None:
         """Give cached device buffers back (after the model is dropped)."""
         ...
+
+    def gil_switch_interval_s(self) -> float | None:
+        """The GIL switch interval this device wants for the process, or None to leave it.
+
+        A GPU's decode step is host-bound: the engine thread gives the GIL up in every
+        eval and needs it back the moment the device is done, where CPython's default
+        lets a busy event loop keep it for 5 ms. On a CPU the step is compute."""
+        ...

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -40,12 +39,6 @@ from omlx.engine.text.templating import ModelSpec, PreparedPrompt, prepare_promp
 from omlx.engine.text.validation import check_prompt_fits, validate_request
 from omlx.errors import OmlxError, Overloaded
 from omlx.settings import EngineSettings
-
-# CPython gives the GIL to a waiting thread only after the switch interval (default 5 ms).
-# The engine thread lets the GIL go in every MLX eval and needs it back as soon as the
-# device is done; while the event loop is busy with a step's tokens, each of those
-# hand-backs could wait the whole interval, several times per decode step.
-SWITCH_INTERVAL_S = 0.0005
 
 
 class TextEngine:
@@ -83,8 +76,6 @@ class TextEngine:
 
     async def start(self) -> None:
         """Start the thread and wait until the weights are loaded (raises load errors)."""
-        if sys.getswitchinterval() > SWITCH_INTERVAL_S:
-            sys.setswitchinterval(SWITCH_INTERVAL_S)
         self._thread.start()
         lm = await asyncio.wrap_future(self._engine_loop.loaded)
         self.spec, self._tokenizer = lm.spec, lm.tokenizer

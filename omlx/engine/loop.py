@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import queue
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -174,6 +175,9 @@ class EngineLoop:
 
             self.backend = MLXBackend(self.settings)
         self._lm = self.backend.load(self.name, self.path)
+        interval = self.backend.gil_switch_interval_s()
+        if interval is not None and sys.getswitchinterval() > interval:
+            sys.setswitchinterval(interval)  # process-wide; never raised again
         self._eos_stops = self.backend.eos_stops(self._lm.eos_token_ids)
         share = self.settings.prefill_share
         share = 1.0 if share >= 1.0 else share * PLANNED_SHARE_FRACTION  # 1 = prefill first

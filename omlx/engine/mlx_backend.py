@@ -26,6 +26,9 @@ from omlx.mlx_lm_compat import StopSequences
 from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
 from omlx.settings import EngineSettings
 
+# See EngineBackend.gil_switch_interval_s; CPython's default is 5 ms.
+GPU_SWITCH_INTERVAL_S = 0.0005
+
 
 class MLXBackend:
     def __init__(self, settings: EngineSettings) -> None:
@@ -78,6 +81,9 @@ class MLXBackend:
 
     def release(self) -> None:
         mx.clear_cache()
+
+    def gil_switch_interval_s(self) -> float | None:
+        return GPU_SWITCH_INTERVAL_S if mx.default_device().type == mx.DeviceType.gpu else None
 
 
 __all__ = ["MLXBackend"]

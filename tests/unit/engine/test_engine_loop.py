@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,6 +195,9 @@ class FakeBackend:
 
     def release(self) -> None:
         self.released = True
+
+    def gil_switch_interval_s(self) -> float | None:
+        return None
 
 
 class RecordingPrefix:
@@ -451,3 +455,29 @@ def test_tokens_queued_behind_a_token_are_read_as_one() -> None:
     assert merged.text == "ab" and merged.token_ids == [1, 2, 3]
     assert merged.logprobs == [TokenLogprob("b", -1.0)]
     assert isinstance(held, Done) and left == 1  # stops at the first other event
+
+
+def test_the_backend_may_lower_the_gil_switch_interval_never_raise_it() -> None:
+    class GpuLike(FakeBackend):
+        def __init__(self, interval: float) -> None:
+            super().__init__()
+            self.interval = interval
+
+        def gil_switch_interval_s(self) -> float | None:
+            return self.interval
+
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        for interval, expected in ((0.0007, 0.0007), (0.002, 0.0007)):
+            loop = EngineLoop(
+                name="fake",
+                path=Path("/nonexistent"),
+                settings=EngineSettings(),
+                metrics=EngineMetrics("fake"),
+                backend=GpuLike(interval),
+            )
+            loop.setup()
+            assert sys.getswitchinterval() == pytest.approx(expected)
+    finally:
+        sys.setswitchinterval(before)
