@@ -24,6 +24,7 @@ import pytest
 from omlx.loadgen.server_process import free_port, server_process
 from omlx.models.default_model import DEFAULT_MODEL_NAME
 from tests.fixtures.fake_hub import FakeHub, FakeRepo
+from tests.fixtures.tiny_encoders import minilm_dir
 
 CHROMIUM = os.environ.get("OMLX_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = [
@@ -33,6 +34,7 @@ CHROMIUM_FLAGS = [
 API_KEY = "browser-test-key-4f1c"
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 HUB_REPO = "tiny-org/tiny-hub-model"
+EMBEDDER = "all-MiniLM-L6-v2"
 
 
 @dataclass
@@ -80,6 +82,7 @@ def server(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     models.mkdir()
     # The real default model, in the store under its usual name (a link: delete-safe).
     (models / DEFAULT_MODEL_NAME).symlink_to(smollm2_dir, target_is_directory=True)
+    (models / EMBEDDER).symlink_to(minilm_dir(), target_is_directory=True)  # the real MiniLM
     port = free_port()
     log_path = home / "serve.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("OMLX_")}

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from omlx.models.default_model import DEFAULT_MODEL_NAME
-from tests.browser.conftest import API_KEY, HUB_REPO, Server, login
+from tests.browser.conftest import API_KEY, EMBEDDER, HUB_REPO, Server, login
 
 pytestmark = [pytest.mark.realmodel, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -134,6 +134,12 @@ def test_models_page_load_unload_pin_show_in_pool_status(page, server: Server) -
     row.locator('[data-action="unpin"]').click()
     expect(row.locator('[data-action="pin"]')).to_be_visible()
     assert server.status(MODEL)["pinned"] is False
+    row.get_by_role("button", name=f"Idle unload of {MODEL}").click()
+    page.fill("#ttl-input", "900")
+    page.locator("dialog[open] button[type=submit]").click()
+    expect(row).to_contain_text("15 min")
+    assert server.status(MODEL)["ttl_s"] == 900  # applied to the pool at once
+    assert tomllib.loads(server.config())["models"]["ttl_overrides_s"] == {MODEL: 900}
     row.locator('[data-action="unload"]').click()
     expect(row.locator(".state")).to_have_text("not loaded", timeout=60_000)
     assert server.status(MODEL)["state"] == "available"
@@ -193,6 +199,36 @@ def test_chat_streams_a_reply_and_stop_frees_the_slot(page, server: Server) -> N
     # Conversations live in this browser: a reload shows both replies again.
     page.reload()
     expect(page.locator('.msg[data-role="assistant"]')).to_have_count(2)
+
+
+def test_embedding_and_rerank_playgrounds(page, server: Server) -> None:
+    page.goto(f"{server.base_url}/admin/chat")
+    page.click("#tab-embed")
+    expect(page.locator("#embed-model")).to_have_value(EMBEDDER)
+
+    def similarity(a: str, b: str) -> float:
+        page.fill("#embed-a", a)
+        page.fill("#embed-b", b)
+        before = page.locator("#similarity strong").inner_text()
+        page.get_by_role("button", name="Compare").click()
+        page.wait_for_function(
+            "([before]) => { const s = document.querySelector('#similarity strong');"
+            " return s && s.offsetParent && s.textContent !== before; }",
+            arg=[before],
+        )
+        return float(page.locator("#similarity strong").inner_text())
+
+    close = similarity("A cat sits on the mat.", "A kitten is sitting on a rug.")
+    far = similarity("A cat sits on the mat.", "Quarterly tax filings are due in April.")
+    assert far < 0.3 < close <= 1  # MiniLM: a paraphrase is close, another topic far
+    page.click("#tab-rerank")
+    page.select_option("#rerank-model", MODEL)  # any chat model judges relevance yes/no
+    page.fill("#rerank-query", "What is the capital of France?")
+    page.fill("#rerank-docs", "Bananas are a yellow fruit.\nParis is the capital of France.")
+    page.get_by_role("button", name="Rank").click()
+    rows = page.locator("#rerank-results tbody tr")
+    expect(rows).to_have_count(2, timeout=60_000)
+    expect(rows.first).to_contain_text("Paris")
 
 
 def test_bench_runs_end_to_end_and_exports(page, server: Server) -> None:

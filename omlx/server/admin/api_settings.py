@@ -16,7 +16,7 @@ import msgspec
 from litestar import Request, get, post, put
 from litestar.params import Body
 
-from omlx.errors import InvalidRequest
+from omlx.errors import InvalidRequest, OmlxError
 from omlx.schemas.admin import PasswordUpdate, SettingRow, SettingsView, SettingUpdate
 from omlx.server.admin.core import Admin, admin_guard, admin_of
 from omlx.server.admin.credentials import MIN_PASSWORD_CHARS, hash_password
@@ -119,7 +119,11 @@ async def settings_update(
         raise InvalidRequest(message, param=data.key) from None
     log.info("admin: %s set in %s", data.key, admin.config_file)
     if data.key in LIVE_KEYS:
-        await apply_live(admin, data.key, value)
+        try:
+            await apply_live(admin, data.key, value)
+        except OmlxError as e:  # saved, but the running pool refused it (an unknown model)
+            message = f"saved, but not applied now: {e.message}"
+            raise InvalidRequest(message, param=data.key) from None
     return next(r for r in rows(admin) if r.key == data.key)
 
 

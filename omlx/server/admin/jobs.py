@@ -92,5 +92,10 @@ class Jobs:
         return [j.status() for j in reversed(self._jobs.values())
                 if kind is None or j.status().kind == kind]  # fmt: skip
 
+    async def settled(self) -> None:
+        """Wait until every started job has finished (tests; a caller that must not leave
+        work behind)."""
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
     def running(self, kind: str) -> bool:
         return any(s.state == "running" for s in self.list(kind))

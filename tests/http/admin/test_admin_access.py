@@ -268,3 +268,12 @@ def test_a_password_only_admin_ignores_made_up_keys(tmp_path) -> None:
         # No API key is set, so no key can stand in for the admin's login.
         resp = httpx.get(f"{live.base_url}/admin/api/settings", headers={"x-api-key": "x"})
         assert resp.status_code == 401
+
+
+def test_a_live_key_the_pool_refuses_is_saved_and_says_so(open_server) -> None:
+    client = httpx.Client(base_url=open_server.base_url)
+    headers = {"x-csrf-token": _csrf(client)}
+    resp = client.put("/admin/api/settings", json={"key": "models.pinned", "value": "nope"},
+                      headers=headers)  # fmt: skip
+    assert resp.status_code in (400, 404)
+    assert "nope" in resp.json()["error"]["message"]

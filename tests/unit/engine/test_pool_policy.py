@@ -132,3 +132,18 @@ def test_imports_without_mlx() -> None:
         "import omlx.pool.policy, omlx.pool.memory_budget\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_set_ttl_changes_loaded_models_at_once() -> None:
+    policy = PoolPolicy(10 * GB, default_ttl_s=60)
+    loaded(policy, "a", GB, 0.0)
+    loaded(policy, "b", GB, 0.0)
+    policy.set_ttl("a", 10)  # one model's own TTL
+    assert policy.expired(11.0) == ["a"]
+    policy.set_ttl(None, 5)  # the default, for every model without its own
+    assert policy.expired(6.0) == ["b"]
+    assert policy.ttl_left_s("a", 6.0) == pytest.approx(4.0)
+    policy.set_ttl("a", None)  # back to the default
+    assert policy.expired(6.0) == ["a", "b"]
+    policy.set_ttl(None, 0)  # never
+    assert policy.expired(1e9) == []

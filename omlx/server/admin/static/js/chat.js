@@ -233,7 +233,8 @@ start({
       const documents = this.rerank.docs.split("\n").map((s) => s.trim()).filter(Boolean);
       try {
         const r = await api("/v1/rerank", { method: "POST", body: { model: this.rerank.model, query: this.rerank.query, documents } });
-        this.rerank.results = r.results.map((x) => ({ ...x, text: documents[x.index] }));
+        this.rerank.results = r.results.map((x) => ({ ...x, text: documents[x.index] }))
+          .sort((a, b) => b.relevance_score - a.relevance_score);
       } catch (e) { this.rerank.error = e.message; this.rerank.results = []; }
     },
     score(v) { return fmt.num(v, 3); },
