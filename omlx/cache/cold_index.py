@@ -160,9 +160,27 @@ def _block_files(root: Path) -> list[Path]:
 
 def _remove_stale_tmp(path: Path, min_age_s: float = 300.0) -> None:
     # A tmp file is a write that never reached its rename (a crash): never read as a block.
-    # Young ones may belong to another live process writing into the same directory.
+    # One whose writer (the pid in its name) is alive may still be renamed: kept a while.
     try:
-        if time.time() - path.stat().st_mtime > min_age_s:
+        if not _writer_alive(path) or time.time() - path.stat().st_mtime > min_age_s:
             os.unlink(path)
     except OSError:
         pass
+
+
+def _writer_alive(path: Path) -> bool:
+    """Whether the process named in `<key>.<pid>-<rand>.tmp` runs (True if unnamed)."""
+    stem = path.name.removesuffix(TMP_SUFFIX).rsplit(".", 1)[-1]
+    pid_text, sep, _ = stem.partition("-")
+    if not sep or not pid_text.isdigit():
+        return True  # an older writer's name: only age tells
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True

@@ -55,7 +55,8 @@ def write_block(root: Path, block: HotBlock, block_size: int) -> ColdEntry:
         block.info, block_size=block_size, checksum=checksum(block.arrays), layout=block.meta
     )
     data = safetensors.numpy.save(block.arrays, metadata=meta)
-    tmp = path.parent / f"{block.key}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}"
+    # The writer's pid in the name: a restart removes the tmp files of dead writers.
+    tmp = path.parent / f"{block.key}.{os.getpid()}-{uuid.uuid4().hex[:8]}{TMP_SUFFIX}"
     try:
         with open(tmp, "wb") as f:
             f.write(data)
