@@ -208,6 +208,16 @@ class ModelInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class PromptLogprobs:
+    """Each prompt token's text, log-probability given the tokens before it (None for
+    the first) and its `top_n` most likely alternatives."""
+
+    tokens: list[str]
+    logprobs: list[float | None]
+    top: list[list[tuple[str, float]] | None]
+
+
+@dataclass(frozen=True, slots=True)
 class EmbeddingRequest:
     """Texts or token-id lists to embed; `dimensions` shortens Matryoshka embeddings."""
 
@@ -265,6 +275,10 @@ class ModelPool(Protocol):
 
     async def rerank(self, request: RerankRequest) -> RerankResult:
         """Score documents against a query with a reranker, loading it if needed."""
+        ...
+
+    async def prompt_logprobs(self, model: str, prompt: str, top_n: int) -> PromptLogprobs:
+        """Log-probabilities of a text prompt's own tokens (completions' echo)."""
         ...
 
     async def load(self, name: str) -> Any:

@@ -27,6 +27,7 @@ from omlx.engine.api import (
     GenerationEvent,
     GenerationRequest,
     ModelInfo,
+    PromptLogprobs,
     RequestId,
     RerankRequest,
     RerankResult,
@@ -382,13 +383,26 @@ class LocalModelPool:
         finally:
             self.policy.end(name, time.monotonic())
 
-    async def _on_text_engine(self, name: str, args: tuple[Any, ...]) -> Any:
-        """Yes/no reranking with a loaded text model, on its engine thread."""
+    async def prompt_logprobs(self, model: str, prompt: str, top_n: int) -> PromptLogprobs:
+        resolved = await self._resolve_typed(model, TEXT_TYPES, "score a prompt")
+        texts, values, tops = await self._on_text_engine(
+            resolved.name, (prompt, top_n), "omlx.workers.prompt_logprobs:prompt_logprobs"
+        )
+        return PromptLogprobs(texts, values, tops)
+
+    async def _on_text_engine(
+        self,
+        name: str,
+        args: tuple[Any, ...],
+        target: str = "omlx.workers.rerank:rerank_with_causal_lm",
+    ) -> Any:
+        """`target(model_and_tokenizer, *args)` with a loaded text model, on its engine
+        thread (yes/no reranking, prompt log-probabilities)."""
         engine = await self.load(name)
         self.policy.begin(name, time.monotonic())
         try:
             lm = engine.engine_loop.loaded_model
-            fn = on_thread("omlx.workers.rerank:rerank_with_causal_lm", *args)
+            fn = on_thread(target, *args)
             return await engine.call(lambda: fn((lm().model, lm().tokenizer)))
         finally:
             self.policy.end(name, time.monotonic())

@@ -258,8 +258,9 @@ class ChatCompletionChunk(Struct, kw_only=True):
 
 class CompletionLogprobs(Struct, kw_only=True):
     tokens: list[str] = msgspec.field(default_factory=list)
-    token_logprobs: list[float] = msgspec.field(default_factory=list)
-    top_logprobs: list[dict[str, float]] = msgspec.field(default_factory=list)
+    # null for the first token of an echoed prompt (nothing precedes it), as OpenAI does
+    token_logprobs: list[float | None] = msgspec.field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = msgspec.field(default_factory=list)
     text_offset: list[int] = msgspec.field(default_factory=list)
 
 

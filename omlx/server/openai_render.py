@@ -8,7 +8,15 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from omlx.engine.api import Done, FinishReason, GenerationEvent, Token, TokenLogprob, ToolCall
+from omlx.engine.api import (
+    Done,
+    FinishReason,
+    GenerationEvent,
+    PromptLogprobs,
+    Token,
+    TokenLogprob,
+    ToolCall,
+)
 from omlx.schemas import openai as oa
 from omlx.server.errors import Dialect, error_body, error_info
 from omlx.server.generation import Collected
@@ -66,6 +74,21 @@ def chat_logprobs(entries: list[TokenLogprob]) -> oa.ChoiceLogprobs:
             for e in entries
         ]
     )
+
+
+def echo_logprobs(prompt: PromptLogprobs | None) -> oa.CompletionLogprobs:
+    """The echoed prompt's tokens with their log-probabilities (empty without echo)."""
+    out = oa.CompletionLogprobs()
+    offset = 0
+    if prompt is None:
+        return out
+    for token, value, top in zip(prompt.tokens, prompt.logprobs, prompt.top, strict=True):
+        out.tokens.append(token)
+        out.token_logprobs.append(value)
+        out.top_logprobs.append(None if top is None else dict(top))
+        out.text_offset.append(offset)
+        offset += len(token)
+    return out
 
 
 def completion_logprobs(entries: list[TokenLogprob], offset: int) -> oa.CompletionLogprobs:
@@ -212,8 +235,20 @@ class ChatChunker:
 
 
 def completion(
-    request_id: str, model: str, result: Collected, *, echo: str, want_logprobs: bool
+    request_id: str,
+    model: str,
+    result: Collected,
+    *,
+    echo: str,
+    want_logprobs: bool,
+    prompt_logprobs: PromptLogprobs | None = None,
 ) -> oa.Completion:
+    logprobs = None
+    if want_logprobs:
+        logprobs = echo_logprobs(prompt_logprobs)
+        answer = completion_logprobs(result.logprobs, len(echo))
+        for name in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+            getattr(logprobs, name).extend(getattr(answer, name))
     return oa.Completion(
         id=request_id,
         created=int(time.time()),
@@ -221,7 +256,7 @@ def completion(
         choices=[
             oa.CompletionChoice(
                 text=echo + result.text,
-                logprobs=completion_logprobs(result.logprobs, len(echo)) if want_logprobs else None,
+                logprobs=logprobs,
                 finish_reason=finish_reason(result.done, False),
             )
         ],
@@ -238,6 +273,7 @@ class CompletionChunker:
     include_usage: bool
     want_logprobs: bool
     echo: str = ""
+    prompt_logprobs: PromptLogprobs | None = None
     created: int = field(default_factory=lambda: int(time.time()))
     offset: int = 0
 
@@ -260,7 +296,8 @@ class CompletionChunker:
     def render(self, event: GenerationEvent) -> list[bytes]:
         frames = []
         if self.echo:
-            frames.append(frame(self.chunk(self.echo)))
+            echoed = echo_logprobs(self.prompt_logprobs) if self.want_logprobs else None
+            frames.append(frame(self.chunk(self.echo, logprobs=echoed)))
             self.offset, self.echo = len(self.echo), ""
         if isinstance(event, Token):
             logprobs = None

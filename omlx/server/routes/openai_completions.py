@@ -7,7 +7,7 @@ from typing import Any
 from litestar import Request, Response, post
 
 from omlx.schemas.openai import Completion, CompletionRequest
-from omlx.server.generation import admit, begin, collect, settings_of, stream_response
+from omlx.server.generation import admit, begin, collect, pool_of, settings_of, stream_response
 from omlx.server.json_body import read_json
 from omlx.server.openai_render import CompletionChunker, completion, error_frame
 from omlx.server.openai_requests import (
@@ -31,11 +31,21 @@ async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
     gen = completion_generation_request(body, settings, new_request_id("cmpl"))
     echo = gen.prompt or "" if body.echo else ""
     want_logprobs = body.logprobs is not None
+    scored = None
+    if echo and want_logprobs:  # the prompt's own logprobs: one forward pass, first
+        scored = await pool_of(request).prompt_logprobs(gen.model, echo, body.logprobs or 0)
     stream = begin(request, gen)
     if not body.stream:
         result = await collect(request, stream)
         return Response(
-            completion(gen.request_id, gen.model, result, echo=echo, want_logprobs=want_logprobs)
+            completion(
+                gen.request_id,
+                gen.model,
+                result,
+                echo=echo,
+                want_logprobs=want_logprobs,
+                prompt_logprobs=scored,
+            )
         )
     await admit(stream)
     chunker = CompletionChunker(
@@ -44,6 +54,7 @@ async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
         include_usage=bool(body.stream_options and body.stream_options.include_usage),
         want_logprobs=want_logprobs,
         echo=echo,
+        prompt_logprobs=scored,
     )
     return stream_response(
         stream,

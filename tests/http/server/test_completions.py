@@ -50,9 +50,12 @@ def test_echo_and_logprobs(client: openai.OpenAI, pool: FakeModelPool, stream: b
     choices = [c for chunk in r for c in chunk.choices] if stream else r.choices
     assert "".join(c.text for c in choices) == "Q:ab"
     lps = [c.logprobs for c in choices if c.logprobs and c.logprobs.tokens]
-    assert [t for lp in lps for t in lp.tokens] == ["a", "b"]
-    assert [o for lp in lps for o in lp.text_offset] == [2, 3]
-    assert lps[0].top_logprobs[0] == {"a": -0.5, "x": -1.5}
+    # The echoed prompt comes with its own logprobs (none for its first token), as OpenAI's.
+    assert [t for lp in lps for t in lp.tokens] == ["Q:", "a", "b"]
+    assert [o for lp in lps for o in lp.text_offset] == [0, 2, 3]
+    assert [v for lp in lps for v in lp.token_logprobs] == [None, -0.5, -0.5]
+    answer = [top for lp in lps for top in lp.top_logprobs][1]
+    assert answer == {"a": -0.5, "x": -1.5}
     assert pool.requests[-1].sampling.logprobs and pool.requests[-1].sampling.top_logprobs == 2
 
 
