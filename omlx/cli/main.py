@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 import omlx
@@ -68,7 +70,10 @@ app.add_typer(launch.app, name="launch")
 
 def main() -> None:
     # Before anything imports MLX: on Linux CPU, re-exec once on OpenBLAS (OMLX_BLAS=off: no).
-    reexec_with_blas()
+    # Not for `omlx launch`: it runs no MLX, and the agents it execs (Node programs) must
+    # not inherit an LD_PRELOAD of OpenBLAS.
+    if sys.argv[1:2] != ["launch"]:
+        reexec_with_blas()
     app()
 
 
