@@ -159,7 +159,7 @@ async def event_frames(
     render: FrameRenderer,
     *,
     interval: float | None,
-    tick: bytes | None,
+    tick: bytes | Callable[[], bytes] | None,
     error_frame: Callable[[BaseException], bytes],
     opening: Callable[[], Awaitable[list[bytes]]] | None = None,
 ) -> AsyncGenerator[bytes, None]:
@@ -173,7 +173,7 @@ async def event_frames(
         async for item in stream.events(interval):
             if item is KeepAlive.TICK:
                 if tick is not None:
-                    yield tick
+                    yield tick() if callable(tick) else tick
                 continue
             note_event(item)
             if isinstance(item, Failed):

@@ -114,7 +114,16 @@ CASES = {
     ),
     "codex": (
         "/v1/responses",
-        ["exec", "--skip-git-repo-check", QUESTION],
+        # Without the multi-agent and goal tools: 6.3k prompt tokens become about 3k.
+        [
+            "exec",
+            "--disable",
+            "multi_agent",
+            "--disable",
+            "goals",
+            "--skip-git-repo-check",
+            QUESTION,
+        ],
         {".codex/config.toml": 'model = "gpt-5.5"  # mine\n'},
     ),
     "opencode": (

@@ -21,7 +21,7 @@ from omlx.server.responses_render import (
     new_id,
 )
 from omlx.server.responses_requests import ResponseStore, generation_request
-from omlx.server.sse import keepalive_frame, keepalive_interval, sse_response
+from omlx.server.sse import keepalive_interval, sse_response
 from omlx.settings import Settings
 
 OPT = {"dialect": "openai"}
@@ -96,7 +96,7 @@ def _stream(
         stream,
         render,
         interval=keepalive_interval(mode, settings.server.keepalive_interval_s),
-        tick=keepalive_frame(mode, None),
+        tick=streamer.keepalive if mode != "off" else None,
         error_frame=streamer.error,
         opening=opening,
     )

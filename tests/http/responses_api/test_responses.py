@@ -9,8 +9,9 @@ import openai
 import pytest
 
 from omlx.engine.api import FinishReason, ToolCall
+from omlx.settings import ServerSettings, Settings
 from tests.fixtures.fake_pool import FakeModelPool, text_script
-from tests.fixtures.live_server import LiveServer
+from tests.fixtures.live_server import LiveServer, running_server
 
 TOOL = {
     "type": "function",
@@ -174,3 +175,18 @@ def test_unknown_model_and_bad_items(client: openai.OpenAI) -> None:
         client.responses.create(model="fake-model", input=[{"type": "mystery"}])
     with pytest.raises(openai.BadRequestError):
         client.responses.create(model="fake-model", input=[{"role": "robot", "content": "x"}])
+
+
+def test_a_long_prefill_sends_in_progress_events(pool: FakeModelPool) -> None:
+    """Codex's idle timer counts events, not SSE comments: keep-alives are real events."""
+    settings = Settings(server=ServerSettings(keepalive_interval_s=0.05))
+    pool.script_for = lambda req: text_script(["ok"], first_token_delay_s=0.4)
+    with running_server(pool, settings) as live:
+        client = openai.OpenAI(base_url=live.openai_base_url, api_key="x", max_retries=0)
+        events = list(client.responses.create(model="fake-model", input="hi", stream=True))
+    kinds = [e.type for e in events]
+    first_delta = kinds.index("response.output_item.added")
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[2:first_delta].count("response.in_progress") >= 3  # while it was pending
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[-1].type == "response.completed" and events[-1].response.output_text == "ok"
