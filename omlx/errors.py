@@ -70,6 +70,13 @@ class NotAvailableYet(OmlxError):
     code = "not_available"
 
 
+class MissingExtra(OmlxError):
+    """A model needs an optional part of omlx that this install lacks (`pip install
+    'omlx[vlm]'`, say): the message names what to install."""
+
+    code = "missing_extra"
+
+
 class ImportFailed(OmlxError):
     """A model could not be imported (unsupported architecture, quant type, bad file)."""
 

@@ -20,6 +20,7 @@ from litestar.exceptions import HTTPException, ValidationException
 from omlx.errors import (
     Forbidden,
     InvalidRequest,
+    MissingExtra,
     NotFound,
     OmlxError,
     Overloaded,
@@ -98,6 +99,8 @@ def _omlx_info(exc: OmlxError) -> ErrorInfo:
         status, otype, atype = 415, "invalid_request_error", "invalid_request_error"
     elif isinstance(exc, NotFound):
         status, otype, atype = 404, "invalid_request_error", "not_found_error"
+    elif isinstance(exc, MissingExtra):  # the install, not the request: 501 Not Implemented
+        status, otype, atype = 501, "server_error", "api_error"
     elif isinstance(exc, Overloaded):
         return ErrorInfo(
             503,

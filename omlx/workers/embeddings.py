@@ -19,6 +19,7 @@ from mlx.utils import tree_flatten
 from omlx.errors import ImportFailed, InvalidRequest
 from omlx.workers.bert import BertConfig, BertModel
 from omlx.workers.encoder_tokenizer import EncoderTokenizer
+from omlx.workers.extras import EMBEDDINGS, require
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +136,7 @@ def load_embedding_model(name: str, path: Path) -> EmbeddingModel:
 
 
 def _load_with_mlx_embeddings(name: str, path: Path) -> Any:
+    require(EMBEDDINGS, name)
     try:
         from mlx_embeddings.utils import load_model
     except ImportError as e:

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from omlx.engine.api import Done, Failed, GenerationEvent, GenerationRequest
+from omlx.workers.extras import VLM, require
 from omlx.workers.images import ImageLimits, image_extra_keys, image_refs, load_images
 from omlx.workers.worker import on_thread
 
@@ -30,6 +31,7 @@ def image_limits(models: Any) -> ImageLimits:
 async def stream_vision(
     pool: Any, name: str, request: GenerationRequest
 ) -> AsyncIterator[GenerationEvent]:
+    require(VLM, name)  # before images: checking them needs Pillow, which comes with it
     images = await load_images(
         image_refs(request.messages or []), image_limits(pool.settings.models)
     )

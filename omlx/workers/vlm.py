@@ -27,6 +27,7 @@ from omlx.engine.api import (
 )
 from omlx.errors import ImportFailed, InvalidRequest
 from omlx.models.generation_config import sampling_defaults
+from omlx.workers.extras import VLM, require
 from omlx.workers.images import IMAGE_PART_TYPES, LoadedImage
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,7 @@ class VlmModel:
 
 
 def load_vlm(name: str, path: Path, *, is_ocr: bool = False) -> VlmModel:
+    require(VLM, name)
     from mlx_vlm import load
 
     try:

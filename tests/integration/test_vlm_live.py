@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import sys
 from pathlib import Path
 
 import httpx
@@ -118,3 +119,24 @@ def test_text_model_refuses_images(live) -> None:
         json={"model": "q", "messages": image_message(png_data_url("red")), "max_tokens": 2},
     )
     assert r.status_code == 400
+
+
+def test_without_the_vlm_extra_a_vision_model_says_what_to_install(
+    live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An install without mlx-vlm (pip install omlx, no [vlm]): 501, naming the command."""
+    monkeypatch.setitem(sys.modules, "mlx_vlm", None)  # as if it were not installed
+    client = openai.OpenAI(base_url=live.openai_base_url, api_key="x", max_retries=0)
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.chat.completions.create(
+            model="vlm", messages=image_message(png_data_url("red")), max_tokens=2
+        )
+    assert caught.value.status_code == 501
+    error = caught.value.body
+    assert error["code"] == "missing_extra"
+    assert "pip install 'omlx[vlm]'" in error["message"] and "'vlm'" in error["message"]
+    # Text models are served as before.
+    text = client.chat.completions.create(
+        model="q", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+    )
+    assert text.choices[0].message.content is not None
