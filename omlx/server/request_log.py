@@ -118,18 +118,18 @@ class RequestLogMiddleware:
         finally:
             if record.finish == "disconnected" and status in (0, 500):
                 status = CLIENT_CLOSED  # nothing (or only an error about it) was sent
-            _count(scope, status or 500)
+            _count(scope, status or 500, record.finish == "disconnected")
             _log_line(scope, record, status or 500, time.perf_counter() - start)
             _current.reset(token)
 
 
-def _count(scope: Any, status: int) -> None:
+def _count(scope: Any, status: int, is_disconnect: bool) -> None:
     app = scope.get("litestar_app")
     counters = app.state.get("http_counters") if app is not None else None
     if counters is None:
         return
     counters.requests_total += 1
-    if status == CLIENT_CLOSED:
+    if is_disconnect:  # before any answer (499) or in the middle of a stream (200)
         counters.client_disconnects_total += 1
     elif status >= 500:
         counters.server_errors_total += 1

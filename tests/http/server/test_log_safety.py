@@ -99,3 +99,23 @@ def test_client_that_leaves_is_a_disconnect_not_an_error(
     after = httpx.get(server.base_url + "/api/stats").json()["http"]
     assert after["client_disconnects_total"] == before["client_disconnects_total"] + 1
     assert after["server_errors_total"] == before["server_errors_total"]
+
+
+def test_stream_left_midway_is_counted_as_a_disconnect(
+    pool: FakeModelPool, server: LiveServer
+) -> None:
+    before = httpx.get(server.base_url + "/api/stats").json()["http"]
+    pool.script_for = lambda req: text_script(["Hello"] * 200, token_delay_s=0.05)
+    body = {**CHAT, "stream": True}
+    with httpx.stream("POST", server.base_url + "/v1/chat/completions", json=body) as r:
+        for line in r.iter_lines():
+            if '"Hello"' in line:
+                break
+    assert pool.wait_cancelled(5.0) == [pool.requests[0].request_id]
+
+    def counted() -> bool:
+        http = httpx.get(server.base_url + "/api/stats").json()["http"]
+        return http["client_disconnects_total"] == before["client_disconnects_total"] + 1
+
+    _wait_for(counted)
+
