@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -18,6 +19,9 @@ from tests.integration.test_crash_kills import _server
 NUM_REQUESTS = 1000
 CONCURRENCY = 32
 LEAVE_SHARE = 0.3
+# Read at import: the autouse fixture clears OMLX_* variables before each test.
+STORM_MODEL = os.environ.get("OMLX_STORM_MODEL", "")
+STORM_HOT_BUDGET = os.environ.get("OMLX_STORM_HOT_BUDGET", str(16 * 1024))
 
 
 def _rss_bytes(pid: int) -> int:
@@ -73,9 +77,15 @@ def _settled_stats(base: str) -> dict:
 
 @pytest.mark.soak
 @pytest.mark.timeout(3000)
-def test_three_disconnect_storms(tiny_llama_dir: Path, tmp_path: Path) -> None:
+def test_three_disconnect_storms(
+    tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The tiny llama keeps three storms within minutes on 2 cores; OMLX_STORM_MODEL names
+    # another folder (the default model) and OMLX_STORM_HOT_BUDGET the RAM tier's bytes.
+    model = Path(STORM_MODEL) if STORM_MODEL else tiny_llama_dir
+    monkeypatch.setenv("OMLX_TEST_HOT_BUDGET", STORM_HOT_BUDGET)
     figures: list[dict] = []
-    with _server(tiny_llama_dir, tmp_path / "cold") as (base, proc):
+    with _server(model, tmp_path / "cold") as (base, proc):
         httpx.post(f"{base}/v1/chat/completions", timeout=60, json={
             "model": "tiny", "max_tokens": 4,
             "messages": [{"role": "user", "content": "warm up"}]})  # fmt: skip
@@ -94,6 +104,10 @@ def test_three_disconnect_storms(tiny_llama_dir: Path, tmp_path: Path) -> None:
                 "client_disconnects": stats["http"]["client_disconnects_total"],
                 "server_errors": stats["http"]["server_errors_total"],
                 "served_after": after.status_code,
+                # where the memory is: KV blocks kept in RAM, MLX's arrays and its cache
+                "hot_tier_mb": round(stats["cache"]["hot"]["bytes"] / 2**20, 1),
+                "mlx_active_mb": round(stats["memory"]["mlx_active_bytes"] / 2**20),
+                "mlx_cache_mb": round(stats["memory"]["mlx_cache_bytes"] / 2**20),
             })  # fmt: skip
             print("storm:", json.dumps(figures[-1]), flush=True)
     for f in figures:
