@@ -147,6 +147,9 @@ def page(context, server: Server):
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    # The pages run under a strict Content-Security-Policy: anything it blocks is a bug.
+    page.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text
+            else None)  # fmt: skip
     login(page, server.base_url)
     yield page
     assert errors == [], errors
