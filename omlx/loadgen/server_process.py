@@ -31,10 +31,12 @@ def server_process(
     env: dict[str, str] | None = None,
     log_path: Path | None = None,
     ready_timeout_s: float = 300.0,
+    ready_path: str = "/health",
 ) -> Iterator[str]:
-    """Run cmd, wait until GET /health answers 200, yield the base URL, then stop it.
+    """Run cmd, wait until GET `ready_path` answers 200, yield the base URL, then stop it.
 
     `env` is the child's whole environment when given (default: this process's).
+    `ready_path`: omlx's /ready waits for a preloaded default model; peers have /health.
     """
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
     proc = subprocess.Popen(
@@ -51,7 +53,7 @@ def server_process(
             if proc.poll() is not None:
                 raise RuntimeError(f"{cmd[0]} exited with {proc.returncode} before it was ready")
             try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                if httpx.get(f"{base}{ready_path}", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass

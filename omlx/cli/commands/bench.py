@@ -10,10 +10,10 @@ from collections.abc import Iterator
 
 import httpx
 import typer
-from rich.progress import Progress
 from rich.table import Table
 
-from omlx.cli.output import console, fail
+from omlx.cli.commands.bench_progress import BenchProgress
+from omlx.cli.output import console, err_console, fail
 from omlx.loadgen.scenarios import LevelResult, run_level
 from omlx.loadgen.server_process import free_port, server_process
 
@@ -28,26 +28,44 @@ def _ints(text: str, flag: str) -> list[int]:
     return values
 
 
+# Defaults sized for a CPU: against SmolLM2-135M on 2 cores the sweep takes about a
+# minute (README: Commands); raise them on a GPU.
+DEFAULT_CONCURRENCY = "1,4"
+DEFAULT_PROMPT_WORDS = "64,512"
+DEFAULT_MAX_TOKENS = 32
+
+
 def bench(
     url: str = typer.Option("", help="Server base URL; default: start `omlx serve` here"),
     model: str = typer.Option("", help="Model to request (default: the server's first)"),
-    concurrency: str = typer.Option("1,4,8,16", help="Concurrency levels, comma-separated"),
-    prompt_words: str = typer.Option("64,512", help="Prompt lengths (~tokens), comma-separated"),
-    max_tokens: int = typer.Option(64, min=1, help="Tokens generated per request"),
+    concurrency: str = typer.Option(
+        DEFAULT_CONCURRENCY, help="Concurrency levels, comma-separated"
+    ),
+    prompt_words: str = typer.Option(
+        DEFAULT_PROMPT_WORDS, help="Prompt lengths (~tokens), comma-separated"
+    ),
+    max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, min=1, help="Tokens generated per request"),
     requests: int = typer.Option(0, min=0, help="Requests per level (default: 2 x concurrency)"),
     api_key: str = typer.Option("", envvar="OMLX_SERVER__API_KEY", help="API key"),
     dflash: bool = typer.Option(False, "--dflash", help="Serve the model with its DFlash draft"),
     draft: str = typer.Option(
         "", help="With --dflash: the draft folder (default: draft.path, else 'random')"
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON document"),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print one JSON document (and no progress on stderr)"
+    ),
 ) -> None:
     """Measure TTFT, inter-token latency and tokens/s (per request and aggregate)."""
     levels = _ints(concurrency, "--concurrency")
     lengths = _ints(prompt_words, "--prompt-words")
-    with _target(url, model, dflash, draft) as base:
-        model = model or _first_model(base, api_key)
-        results = _sweep(base, model, levels, lengths, max_tokens, requests, api_key, as_json)
+    plan = [(c, n, requests or 2 * c) for n in lengths for c in levels]
+    progress = BenchProgress(
+        err_console, num_requests=sum(r for *_, r in plan), num_levels=len(plan), quiet=as_json
+    )
+    with progress, _target(url, model, dflash, draft, progress) as (base, served):
+        model = served or model or _first_model(base, api_key)
+        _warm_up(base, model, api_key, progress)
+        results = _sweep(base, model, plan, max_tokens, api_key, progress)
     if as_json:
         print(json.dumps({"url": base, "model": model, "levels": [r.to_dict() for r in results]}))
     else:
@@ -55,22 +73,26 @@ def bench(
 
 
 @contextlib.contextmanager
-def _target(url: str, model: str, dflash: bool, draft: str) -> Iterator[str]:
+def _target(
+    url: str, model: str, dflash: bool, draft: str, progress: BenchProgress
+) -> Iterator[tuple[str, str]]:
+    """The server's URL, and the name it serves `model` under when bench started it
+    (`--model` may be a folder; requests name models)."""
     if url:
         if dflash:
             fail("--dflash starts its own server; drop --url")
-        yield url.rstrip("/")
+        yield url.rstrip("/"), ""
         return
     port = free_port()
-    cmd = [sys.executable, "-m", "omlx.cli.main", "serve", "--port", str(port)]
+    cmd = [sys.executable, "-m", "omlx.cli.main", "serve", "--port", str(port), "--preload"]
     if model:
         cmd += ["--model", model]
     if dflash:
         cmd += ["--dflash", *(["--draft", draft] if draft else [])]
-    console.print(f"starting {' '.join(cmd[2:])} ...", style="dim")
+    progress.phase(f"starting omlx serve on port {port} and loading the model")
     try:
-        with server_process(cmd, port) as base:
-            yield base
+        with server_process(cmd, port, ready_path="/ready") as base:
+            yield base, httpx.get(f"{base}/ready", timeout=10).json()["default_model"]
     except (RuntimeError, TimeoutError) as e:
         fail(str(e))
 
@@ -86,36 +108,44 @@ def _first_model(base: str, api_key: str) -> str:
     return data[0]["id"]
 
 
+def _warm_up(base: str, model: str, api_key: str, progress: BenchProgress) -> None:
+    """One short request first, so that loading the model (a server given by --url may
+    not have it loaded) is not measured as the first level's TTFT."""
+    progress.phase(f"warming up {model} (loads it if the server has not)")
+    result = asyncio.run(
+        run_level(base, model, concurrency=1, num_requests=1, prompt_words=8, max_tokens=2,
+                  api_key=api_key)
+    )  # fmt: skip
+    if result.num_failed:
+        fail(f"the warm-up request to {base} failed: {'; '.join(result.errors)}")
+
+
 def _sweep(
     base: str,
     model: str,
-    levels: list[int],
-    lengths: list[int],
+    plan: list[tuple[int, int, int]],
     max_tokens: int,
-    requests: int,
     api_key: str,
-    quiet: bool,
+    progress: BenchProgress,
 ) -> list[LevelResult]:
-    plan = [(c, n, requests or 2 * c) for n in lengths for c in levels]
     results: list[LevelResult] = []
-    with Progress(console=console, transient=True, disable=quiet) as progress:
-        task = progress.add_task("benchmark", total=sum(r for _, _, r in plan))
-        for salt, (conc, words, num) in enumerate(plan):
-            progress.update(task, description=f"c={conc} prompt~{words}")
-            result = asyncio.run(
-                run_level(
-                    base,
-                    model,
-                    concurrency=conc,
-                    num_requests=num,
-                    prompt_words=words,
-                    max_tokens=max_tokens,
-                    api_key=api_key,
-                    salt=salt + 1,
-                    on_done=lambda: progress.advance(task),
-                )
+    for salt, (conc, words, num) in enumerate(plan):
+        progress.level(conc, words, num)
+        result = asyncio.run(
+            run_level(
+                base,
+                model,
+                concurrency=conc,
+                num_requests=num,
+                prompt_words=words,
+                max_tokens=max_tokens,
+                api_key=api_key,
+                salt=salt + 1,
+                on_done=progress.request_done,
             )
-            results.append(result)
+        )
+        progress.level_done(result)
+        results.append(result)
     return results
 
 
