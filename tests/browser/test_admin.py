@@ -209,14 +209,15 @@ def test_embedding_and_rerank_playgrounds(page, server: Server) -> None:
     def similarity(a: str, b: str) -> float:
         page.fill("#embed-a", a)
         page.fill("#embed-b", b)
-        before = page.locator("#similarity strong").inner_text()
+        before = page.locator("#similarity").get_attribute("data-score")
         page.get_by_role("button", name="Compare").click()
         page.wait_for_function(
-            "([before]) => { const s = document.querySelector('#similarity strong');"
-            " return s && s.offsetParent && s.textContent !== before; }",
+            "([before]) => { const s = document.querySelector('#similarity');"
+            " return s.offsetParent && s.dataset.score && s.dataset.score !== before; }",
             arg=[before],
         )
-        return float(page.locator("#similarity strong").inner_text())
+        expect(page.locator("#similarity strong")).not_to_be_empty()
+        return float(page.locator("#similarity").get_attribute("data-score") or "nan")
 
     close = similarity("A cat sits on the mat.", "A kitten is sitting on a rug.")
     far = similarity("A cat sits on the mat.", "Quarterly tax filings are due in April.")

@@ -144,6 +144,7 @@ def run_server(settings: Settings, loaded: LoadedSettings | None = None) -> None
         f"{', loading now' if settings.engine.preload else ''}; Ctrl-C stops)",
         highlight=False,
     )
+    console.print(f"web admin: http://{_url_host(host)}:{port}/admin", highlight=False)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the
     # handlers that were there before it: make that a clean exit, not a traceback.
     for sig in (signal.SIGINT, signal.SIGTERM):
