@@ -73,6 +73,7 @@ def run(job: Job, req: BenchRequest, base_url: str, settings: Settings) -> dict:
     job.update(detail={"run_id": run_id, "requests": total, "requests_done": 0})
     with _target(req, base_url, settings) as (url, target):
         record.target = target
+        _warm_up(job, url, req.model, settings.server.api_key)
         for salt, (conc, words, num) in enumerate(plan):
             job.update(message=f"c={conc} prompt~{words}", detail={"level": salt + 1})
             result = asyncio.run(
@@ -90,6 +91,18 @@ def run(job: Job, req: BenchRequest, base_url: str, settings: Settings) -> dict:
     return msgspec.to_builtins(record)
 
 
+def _warm_up(job: Job, url: str, model: str, api_key: str) -> None:
+    """One short request first, as `omlx bench` does: loading the model is not measured as
+    the first level's TTFT."""
+    job.update(message="warm-up")
+    result = asyncio.run(
+        run_level(url, model, concurrency=1, num_requests=1, prompt_words=8, max_tokens=2,
+                  api_key=api_key)
+    )  # fmt: skip
+    if result.num_failed:
+        raise InvalidRequest(f"the warm-up request failed: {'; '.join(result.errors)}")
+
+
 @contextlib.contextmanager
 def _target(req: BenchRequest, base_url: str, settings: Settings) -> Iterator[tuple[str, str]]:
     if not req.dflash:
@@ -97,11 +110,11 @@ def _target(req: BenchRequest, base_url: str, settings: Settings) -> Iterator[tu
         return
     port = free_port()
     cmd = [sys.executable, "-m", "omlx.cli.main", "serve", "--port", str(port),
-           "--host", "127.0.0.1", "--model", req.model, "--dflash"]  # fmt: skip
+           "--host", "127.0.0.1", "--model", req.model, "--dflash", "--preload"]  # fmt: skip
     if settings.draft.path:
         cmd += ["--draft", settings.draft.path]
     try:
-        with server_process(cmd, port) as url:
+        with server_process(cmd, port, ready_path="/ready") as url:
             yield url, f"omlx serve --dflash on port {port}"
     except (RuntimeError, TimeoutError) as e:
         raise InvalidRequest(f"the DFlash server did not start: {e}") from None
