@@ -25,6 +25,7 @@ from omlx.loadgen.server_process import free_port, server_process
 from omlx.models.default_model import DEFAULT_MODEL_NAME
 from tests.fixtures.fake_hub import FakeHub, FakeRepo
 from tests.fixtures.tiny_encoders import minilm_dir
+from tests.fixtures.tiny_vlm import build_tiny_qwen2_vl
 
 CHROMIUM = os.environ.get("OMLX_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = [
@@ -35,6 +36,7 @@ API_KEY = "browser-test-key-4f1c"
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 HUB_REPO = "tiny-org/tiny-hub-model"
 EMBEDDER = "all-MiniLM-L6-v2"
+VISION = "tiny-vlm"  # a tiny random qwen2_vl: it answers nonsense, but it sees the image
 
 
 @dataclass
@@ -83,6 +85,7 @@ def server(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     # The real default model, in the store under its usual name (a link: delete-safe).
     (models / DEFAULT_MODEL_NAME).symlink_to(smollm2_dir, target_is_directory=True)
     (models / EMBEDDER).symlink_to(minilm_dir(), target_is_directory=True)  # the real MiniLM
+    build_tiny_qwen2_vl(models / VISION)
     port = free_port()
     log_path = home / "serve.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("OMLX_")}
@@ -106,8 +109,11 @@ def browser() -> Iterator[object]:
         if sys.platform == "linux" and shutil.which("apt-get"):
             pytest.fail(message)
         pytest.skip(message)
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    # CI machines are small and shared: waits are generous (they bound a hang, they are
+    # not speed assertions).
+    expect.set_options(timeout=30_000)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
         yield browser

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from omlx.models.default_model import DEFAULT_MODEL_NAME
-from tests.browser.conftest import API_KEY, EMBEDDER, HUB_REPO, Server, login
+from tests.browser.conftest import API_KEY, EMBEDDER, HUB_REPO, VISION, Server, login
 
 pytestmark = [pytest.mark.realmodel, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -199,6 +199,37 @@ def test_chat_streams_a_reply_and_stop_frees_the_slot(page, server: Server) -> N
     # Conversations live in this browser: a reload shows both replies again.
     page.reload()
     expect(page.locator('.msg[data-role="assistant"]')).to_have_count(2)
+
+
+def test_chat_sends_an_image_to_a_vision_model(page, server: Server, tmp_path) -> None:
+    from PIL import Image
+
+    image = tmp_path / "red.png"
+    Image.new("RGB", (64, 48), "red").save(image)
+    page.goto(f"{server.base_url}/admin/chat")
+    page.click("#new-chat")
+    attach = page.locator("label[for=image-input]")
+    expect(attach).to_be_hidden()  # a text model takes no images
+    page.select_option("#chat-model", VISION)
+    expect(attach).to_be_visible()
+    page.set_input_files("#image-input", str(image))
+    expect(page.locator(".thumbs img")).to_have_count(1)
+    page.fill("#max-tokens", "6")
+    page.locator("#max-tokens").dispatch_event("change")
+    page.fill("#prompt", "What colour is this?")
+    with page.expect_request(lambda r: r.url.endswith("/v1/chat/completions")) as request:
+        page.click("#send")
+    [message] = json.loads(request.value.post_data)["messages"]
+    parts = {p["type"]: p for p in message["content"]}
+    assert parts["text"]["text"] == "What colour is this?"
+    assert parts["image_url"]["image_url"]["url"].startswith("data:image/png;base64,")
+    sent = page.locator('.msg[data-role="user"]').last
+    expect(sent.locator("img.attached")).to_have_attribute("src", re.compile("^data:image/png"))
+    reply = page.locator('.msg[data-role="assistant"]').last
+    expect(reply.locator(".reply-stats")).to_contain_text("tokens", timeout=120_000)
+    expect(reply.locator(".error-text")).to_be_hidden()
+    log = server.log_path.read_text()
+    assert re.search(rf"POST /v1/chat/completions model={VISION} status=200", log)
 
 
 def test_embedding_and_rerank_playgrounds(page, server: Server) -> None:
