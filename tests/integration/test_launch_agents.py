@@ -114,7 +114,7 @@ CASES = {
     ),
     "codex": (
         "/v1/responses",
-        # Without the multi-agent and goal tools: 6.3k prompt tokens become about 3k.
+        # Without the multi-agent and goal tools: 5.6k prompt tokens instead of 6.4k.
         [
             "exec",
             "--disable",
