@@ -43,7 +43,9 @@ PERSON = {
         },
         "scores": {
             "type": "array",
-            "items": {"type": "number", "minimum": 0, "maximum": 10},
+            # multipleOf bounds the decimals: sampled at temperature 1, a model can otherwise
+            # write digits until max_tokens (seen: 3.1111111...).
+            "items": {"type": "number", "minimum": 0, "maximum": 10, "multipleOf": 0.5},
             "minItems": 1,
             "maxItems": 3,
         },
