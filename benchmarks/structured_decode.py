@@ -163,9 +163,12 @@ def main() -> None:
     compiler = GrammarCompiler.for_tokenizer(lm.tokenizer, vocab, sorted(lm.eos_token_ids))
     setup_s = time.perf_counter() - t
     compiled = compiler.compile(Grammar(f"start: {json_rule(SCHEMA)}\n", "response_format"))
-    ids = lm.tokenizer.apply_chat_template(
-        [{"role": "user", "content": PROMPT}], add_generation_prompt=True
-    )
+    if getattr(lm.tokenizer, "chat_template", None):
+        ids = lm.tokenizer.apply_chat_template(
+            [{"role": "user", "content": PROMPT}], add_generation_prompt=True
+        )
+    else:  # a base model (Gemma-3-270M)
+        ids = lm.tokenizer.encode(PROMPT)
     counts = [int(c) for c in args.constrained.split(",")]
     best: dict[int, dict] = {}
     for _ in range(args.rounds):
