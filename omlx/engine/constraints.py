@@ -14,6 +14,7 @@ parsers that read unforced calls read these too.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -196,12 +197,17 @@ class GrammarCompiler:
 
     @classmethod
     def for_tokenizer(cls, tokenizer: Any, vocab_size: int, eos_ids: list[int]) -> GrammarCompiler:
-        """From an HF fast tokenizer, or mlx-lm's wrapper around one."""
-        hf = getattr(tokenizer, "_tokenizer", tokenizer)
-        backend = getattr(hf, "backend_tokenizer", None)
+        """From an HF fast tokenizer, or mlx-lm's wrapper (it forwards attributes to one)."""
+        backend = getattr(tokenizer, "backend_tokenizer", None)
         if backend is None:
             raise InvalidRequest("structured output needs a fast (tokenizer.json) tokenizer")
+        backend = copy.copy(backend)  # as llguidance.hf does: no padding or truncation
+        backend.no_padding()
+        backend.no_truncation()
         return cls(backend.to_str(), vocab_size, eos_ids)
+
+    def new_matcher(self, grammar_text: str) -> Any:
+        return self._ll.LLMatcher(self.tokenizer, grammar_text)
 
     def special_id(self, text: str) -> int | None:
         ids = self.tokenizer.tokenize_str(text)
@@ -234,8 +240,7 @@ class CompiledGrammar:
     compiler: GrammarCompiler
 
     def matcher(self) -> RowMatcher:
-        ll = self.compiler._ll
-        return RowMatcher(ll.LLMatcher(self.compiler.tokenizer, self.text), self.compiler)
+        return RowMatcher(self.compiler.new_matcher(self.text), self.compiler)
 
 
 class RowMatcher:
