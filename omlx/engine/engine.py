@@ -121,12 +121,16 @@ class TextEngine:
             ),
         )
 
-    async def compile_grammar(self, request: GenerationRequest) -> CompiledGrammar | None:
+    async def compile_grammar(
+        self, request: GenerationRequest, prompt: PreparedPrompt
+    ) -> CompiledGrammar | None:
         """The request's output grammar, compiled; InvalidRequest when it cannot be enforced."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._tokenize, lambda: self._compile(request))
+        return await loop.run_in_executor(self._tokenize, lambda: self._compile(request, prompt))
 
-    def _compile(self, request: GenerationRequest) -> CompiledGrammar | None:
+    def _compile(
+        self, request: GenerationRequest, prompt: PreparedPrompt
+    ) -> CompiledGrammar | None:
         assert self.spec is not None
         spec = self.spec
         if not is_constrained(request):
@@ -134,7 +138,10 @@ class TextEngine:
         if self._grammars is None:
             vocab = spec.vocab_size or len(self._tokenizer)
             self._grammars = GrammarCompiler.for_tokenizer(self._tokenizer, vocab, self._eos_ids)
-        tool_format = detect_tool_format(spec.chat_template, spec.model_type).name
+        # The format the prompt taught: omlx's own when it wrote the tools in, else the family's.
+        tool_format = (
+            prompt.tool_format or detect_tool_format(spec.chat_template, spec.model_type).name
+        )
         grammar = request_grammar(request, tool_format, self._grammars.special_id)
         assert grammar is not None
         return self._grammars.compile(grammar)
@@ -157,8 +164,8 @@ class TextEngine:
         received_at = time.monotonic()
         request = self.with_model_defaults(request)
         try:
-            grammar = await self.compile_grammar(request)
             prompt = await self.prepare(request)
+            grammar = await self.compile_grammar(request, prompt)
             sink = EventSink(asyncio.get_running_loop(), asyncio.Queue())
             submission = Submission(
                 request.request_id,
@@ -191,6 +198,7 @@ class TextEngine:
             tools_enabled=prompt.tools_enabled,
             thinking=prompt.thinking,
             prompt_ends_in_think=prompt.prompt_ends_in_think,
+            tool_format=prompt.tool_format,
         )
         pending_ids: list[int] = []
         num_calls = 0

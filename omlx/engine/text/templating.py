@@ -17,7 +17,11 @@ from typing import Any, Protocol
 
 from omlx.engine.api import ChatMessage, GenerationRequest
 from omlx.engine.constraints import is_constrained
-from omlx.engine.text.tool_prompt import inline_tools, template_renders_tools
+from omlx.engine.text.tool_prompt import (
+    INLINE_TOOL_FORMAT,
+    inline_tools,
+    template_renders_tools,
+)
 from omlx.errors import ContextTooLong, InvalidRequest
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
@@ -60,6 +64,9 @@ class PreparedPrompt:
     tools_enabled: bool = False
     thinking: bool | None = None
     prompt_ends_in_think: bool = False
+    # The tool-call format the prompt taught, when omlx wrote the tools in itself (the
+    # template ignores them); None: the model family's own (parsers.detect_tool_format).
+    tool_format: str | None = None
 
 
 def context_length(config: dict[str, Any]) -> int | None:
@@ -230,6 +237,12 @@ def fold_late_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _tools_inlined(request: GenerationRequest, tokenizer: ChatTokenizer) -> bool:
+    if request.messages is None or not request.tools or request.tool_choice == "none":
+        return False
+    return not template_renders_tools(tokenizer)
+
+
 def _template_kwargs(request: GenerationRequest) -> dict[str, Any]:
     """The request's template switches; constrained output starts at once, unthought."""
     kwargs: dict[str, Any] = dict(request.chat_template_kwargs)
@@ -277,6 +290,7 @@ def prepare_prompt(
         tools_enabled=tools_enabled,
         thinking=None if thinking is None else bool(thinking),
         prompt_ends_in_think=bool(text) and text.rstrip().endswith("<think>"),
+        tool_format=INLINE_TOOL_FORMAT if _tools_inlined(request, tokenizer) else None,
     )
 
 

@@ -13,6 +13,7 @@ import contextlib
 import json
 from typing import Any
 
+INLINE_TOOL_FORMAT = "hermes"  # the convention written below; parser and grammar follow it
 PROBE_NAME = "omlx_probe_tool_7f3a"
 _PROBE_TOOL = {
     "type": "function",

@@ -9,6 +9,7 @@ import jinja2
 import pytest
 
 from omlx.engine.api import ChatMessage, GenerationRequest, RequestId, ResponseFormat
+from omlx.engine.text.parsers import make_output_parser
 from omlx.engine.text.templating import ModelSpec, prepare_prompt
 from omlx.engine.text.tool_prompt import inline_tools, template_renders_tools
 from omlx.errors import InvalidRequest
@@ -82,6 +83,20 @@ def test_tools_reach_the_prompt_when_the_template_drops_them() -> None:
     assert with_tools.text is not None
     assert '"name": "get_weather"' in with_tools.text and "<tool_call>" in with_tools.text
     assert with_tools.text.startswith("<|im_start|>system\n# Tools")
+    # The prompt taught Hermes markup: the parser and the grammar follow it, whatever the
+    # model family (SmolLM2 is a llama, whose own format is Llama-3's bare JSON).
+    assert with_tools.tool_format == "hermes" and plain.tool_format is None
+    parser = make_output_parser(
+        chat_template=SMOLLM2_TEMPLATE,
+        model_type="llama",
+        tools_enabled=True,
+        thinking=None,
+        tool_format=with_tools.tool_format,
+    )
+    d = parser.feed(
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    )
+    assert [(c.name, c.arguments) for c in d.tool_calls] == [("get_weather", '{"city": "Oslo"}')]
 
 
 def test_templates_with_tools_render_them_themselves() -> None:
@@ -90,6 +105,7 @@ def test_templates_with_tools_render_them_themselves() -> None:
         _chat(ChatMessage("user", "hi"), tools=[TOOL]), tok, SPEC, default_max_tokens=8
     )
     assert p.text is not None and p.text.count("get_weather") == 1
+    assert p.tool_format is None  # the family's own format
 
 
 def test_history_calls_and_results_are_written_in_the_hermes_format() -> None:

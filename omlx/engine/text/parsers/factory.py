@@ -83,6 +83,7 @@ def make_output_parser(
     tools_enabled: bool,
     thinking: bool | None,
     prompt_ends_in_think: bool = False,
+    tool_format: str | None = None,
 ) -> OutputParser:
     """A fresh parser for one request.
 
@@ -92,12 +93,15 @@ def make_output_parser(
             `<think>` markup never reaches content.
         prompt_ends_in_think: the rendered prompt opened `<think>`, so output starts
             inside the reasoning block.
+        tool_format: a TOOL_FORMATS name that overrides the detected one (the prompt
+            taught it: omlx wrote the tools into a template that ignores them).
     """
     use_think = prompt_ends_in_think or bool(thinking) or has_reasoning(chat_template, model_type)
     think = ThinkSplitter(start_in_reasoning=prompt_ends_in_think) if use_think else None
-    tools = (
-        ToolCallExtractor(detect_tool_format(chat_template, model_type)) if tools_enabled else None
+    fmt = (
+        TOOL_FORMATS[tool_format] if tool_format else detect_tool_format(chat_template, model_type)
     )
+    tools = ToolCallExtractor(fmt) if tools_enabled else None
     if think is None and tools is None:
         return _PassThrough()
     return _Pipeline(think, tools)
