@@ -3,6 +3,7 @@ and the answer is the same whether or not a model lives there."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from pathlib import Path
 
@@ -39,6 +40,7 @@ def test_a_request_cannot_name_a_folder(layout: tuple[ModelStore, Path]) -> None
             for name in (str(outside), str(outside.parent / "Nothing"), "../elsewhere/Secret")
         ]
         listed = httpx.get(f"{live.base_url}/v1/models").json()["data"]
+    asyncio.run(pool.close(grace_s=0))
     assert [r.status_code for r in answers] == [404, 404, 404]
     assert answers[0].json() == answers[1].json()  # no oracle for which folders hold models
     for r in answers:
@@ -55,6 +57,7 @@ def test_allow_paths_setting_lets_a_trusted_client_name_a_folder(
     pool = LocalModelPool(settings, store=store)
     with running_server(pool, settings) as live:
         r = _post(live.base_url, str(outside))
+    asyncio.run(pool.close(grace_s=0))  # the engine thread must not outlive the test
     assert r.status_code == 200, r.text
 
 
