@@ -34,6 +34,16 @@ CASES = {
                 ("", "", [("f", {"x": [1, 2]})]),
             ),
             ('<tool_call>{"name": "now"}</tool_call>', ("", "", [("now", {})])),
+            # The end marker inside a JSON string (sampled once by SmolLM2 under a grammar).
+            (
+                '<tool_call>\n{"name": "f", "arguments": {"city": "PM}}</tool_call>", '
+                '"q": "a\\"</tool_call>"}}\n</tool_call> done',
+                ("done", "", [("f", {"city": "PM}}</tool_call>", "q": 'a"</tool_call>'})]),
+            ),
+            (
+                '<tool_call>{"name": "f", "arguments": {"x": "</tool_call>',
+                ('<tool_call>{"name": "f", "arguments": {"x": "</tool_call>', "", []),
+            ),
             # Malformed: bad JSON and unclosed tags come back as text, verbatim.
             (
                 "x <tool_call>{not json}</tool_call> y",

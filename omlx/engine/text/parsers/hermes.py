@@ -10,4 +10,6 @@ def parse(start: str, body: str) -> list[RawCall] | None:
     return parse_json_calls(body, separators="")
 
 
-FORMAT = ToolFormat(name="hermes", spans=(Span("<tool_call>", "</tool_call>"),), parse=parse)
+FORMAT = ToolFormat(
+    name="hermes", spans=(Span("<tool_call>", "</tool_call>"),), parse=parse, json_body=True
+)

@@ -25,6 +25,8 @@ class ToolFormat:
     parse: Callable[[str, str], list[RawCall] | None]
     # Llama-3: a message that is only a JSON call object, with no marker at all.
     bare_json: bool = False
+    # The body is JSON, so an end marker inside one of its strings does not end the call.
+    json_body: bool = False
 
 
 class _Bare(enum.Enum):
@@ -52,6 +54,18 @@ def _bare_json_state(buf: str) -> _Bare:
         if key.startswith(rest):
             return _Bare.HOLD
     return _Bare.NO
+
+
+def _ends_inside_json_string(text: str) -> bool:
+    inside = escaped = False
+    for ch in text:
+        if escaped:
+            escaped = False
+        elif ch == "\\" and inside:
+            escaped = True
+        elif ch == '"':
+            inside = not inside
+    return inside
 
 
 class ToolCallExtractor:
@@ -122,6 +136,9 @@ class ToolCallExtractor:
             return False
         # Resume the search where the last one stopped: long call bodies stay linear.
         i = self._buf.find(span.end, max(0, self._num_scanned - len(span.end) + 1))
+        while i >= 0 and self._fmt.json_body and _ends_inside_json_string(self._buf[:i]):
+            # `{"city": "</tool_call>"}` is one call: its end marker is further on.
+            i = self._buf.find(span.end, i + len(span.end))
         if i < 0:
             self._num_scanned = len(self._buf)
             return False
