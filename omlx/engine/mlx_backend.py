@@ -14,7 +14,7 @@ import mlx.core as mx
 
 from omlx.engine.api import SamplingParams, TokenLogprob
 from omlx.engine.constraints import RowMatcher
-from omlx.engine.grammar_mask import grammar_processor
+from omlx.engine.grammar_mask import GrammarProcessor
 from omlx.engine.loading import LoadedModel, load_text_model
 from omlx.engine.sampling import (
     forcing_processor,
@@ -62,7 +62,7 @@ class MLXBackend:
     ) -> list[Any]:
         processors = make_logits_processors(params, num_prompt_tokens)
         if grammar is not None:  # first: the penalties then only see allowed tokens
-            processors.insert(0, grammar_processor(grammar, num_prompt_tokens))
+            processors.insert(0, GrammarProcessor(grammar, num_prompt_tokens))
         if forced is not None:
             processors.append(forcing_processor(forced))
         return processors

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
 from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch
 from mlx_lm.models.cache import BatchKVCache
 
@@ -64,15 +65,18 @@ class PrimedGenerationBatch(GenerationBatch):
         inputs = self._current_tokens
         logits = self.model(inputs[:, None], cache=self.prompt_cache)[:, -1, :]
         token_context: list[mx.array] = []
+        if any(self.logits_processors):
+            logits = self._grammar_masked(logits, inputs)
         bias = self._batched_bias() if any(self.logits_processors) else None
         if bias is not None:
             rows_ids, col_ids, values = bias
-            logits = logits.at[rows_ids, col_ids].add(values.astype(logits.dtype))
+            if len(rows_ids):
+                logits = logits.at[rows_ids, col_ids].add(values.astype(logits.dtype))
         elif any(self.logits_processors):
             rows = []
             for e in range(len(self.uids)):
                 row = logits[e : e + 1]
-                processors = self.logits_processors[e] or ()
+                processors = [p for p in self.logits_processors[e] or () if not _masks(p)]
                 if processors:  # only rows with processors need their context
                     context = self._token_context[e].update_and_fetch(inputs[e : e + 1])
                     token_context.append(context)
@@ -102,9 +106,41 @@ class PrimedGenerationBatch(GenerationBatch):
             sti.append(ti)
         return tokens, self._current_logprobs
 
+    def _grammar_masked(self, logits: mx.array, inputs: mx.array) -> mx.array:
+        """The grammar masks of every constrained row (processors with `keep_row`), at once.
+
+        Row by row, each processor would read its context off the device after the step's
+        forward pass was queued, so each read waited for that pass and then for the masks
+        before it (0.8 ms per constrained row on an H200). Here the forward pass is queued,
+        the previous step's tokens are read once (they were queued before it, so only
+        they are waited for), the masks are computed on the CPU while the pass runs, and
+        all of them go to the device in one copy.
+        """
+        rows = [
+            (e, p) for e, ps in enumerate(self.logits_processors) for p in ps or () if _masks(p)
+        ]
+        if not rows:
+            return logits
+        mx.async_eval(logits)
+        last = inputs.tolist()
+        vocab = logits.shape[-1]
+        keep = []
+        for e, p in rows:
+            history, start = self.tokens[e], p.start
+            # The row's context is its tokens in the cache plus this step's input.
+            unseen = [*history[start:], last[e]] if start <= len(history) else []
+            keep.append(p.keep_row(unseen, vocab))
+        mask = rows[0][1].apply_mask
+        if len(rows) == len(self.uids):
+            return mask(logits, np.stack(keep))
+        ids = mx.array([e for e, _ in rows])
+        logits[ids] = mask(logits[ids], np.stack(keep))
+        return logits
+
     def _batched_bias(self) -> tuple[mx.array, mx.array, mx.array] | None:
         """Every row's logits processors as one scatter-add, when all of them are
         context-free biases (a `batched_bias` attribute: token ids and values); else None.
+        Grammar masks are applied before (`_grammar_masked`) and skipped here.
 
         Rows then need no token context either. Rebuilt only when rows join or leave.
         """
@@ -114,6 +150,8 @@ class PrimedGenerationBatch(GenerationBatch):
             vals: list[float] = []
             for row, processors in enumerate(self.logits_processors):
                 for p in processors or ():
+                    if _masks(p):
+                        continue
                     bias = getattr(p, "batched_bias", None)
                     if bias is None:
                         self._bias = False
@@ -172,6 +210,10 @@ class PrimedGenerationBatch(GenerationBatch):
         if len(keep) < len(self.uids):
             self.filter(keep)
         return responses
+
+
+def _masks(processor: Any) -> bool:
+    return hasattr(processor, "keep_row")
 
 
 @contextlib.contextmanager
