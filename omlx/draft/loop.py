@@ -18,6 +18,7 @@ import mlx.nn as nn
 
 from omlx.draft.accept import accept_length
 from omlx.draft.capture import TargetAdapter
+from omlx.draft.grammar import TokenGrammar, block_masks, suppressed
 from omlx.draft.model import DFlashDraftModel
 from omlx.draft.sampling import probabilities, sample_with_temperature, speculative_accept
 from omlx.draft.stats import DFlashStats
@@ -207,10 +208,15 @@ class DFlashGenerator:
         return logits[0, -1], mx.concatenate(hiddens, axis=1)
 
     def commits(
-        self, prompt: Sequence[int], params: DFlashParams, stats: DFlashStats | None = None
+        self,
+        prompt: Sequence[int],
+        params: DFlashParams,
+        stats: DFlashStats | None = None,
+        grammar: TokenGrammar | None = None,
     ) -> Iterator[list[int]]:
         """The tokens each step commits: [prefill's token], then every cycle's accepted
-        drafts plus its bonus token; never more than `params.max_tokens` in all.
+        drafts plus its bonus token; never more than `params.max_tokens` in all. With a
+        grammar, every committed token is one it allows (omlx.draft.grammar).
 
         EOS and stop strings are the caller's to check (DFlashRun does; so does the engine).
         """
@@ -220,7 +226,12 @@ class DFlashGenerator:
         cache = self.target.make_cache()
         self.drafter.start()
         last_logits, context = self._prefill(list(prompt), cache)
-        token = int(sample_with_temperature(last_logits, params.temperature, mask).item())
+        first_mask = mask
+        if grammar is not None:
+            first_mask = suppressed(grammar.keep(self.target.vocab_size), mask)
+        token = int(sample_with_temperature(last_logits, params.temperature, first_mask).item())
+        if grammar is not None:
+            grammar.consume([token])
         stats.prefill_s = time.perf_counter() - start
         committed = [*prompt, token]
         num_emitted = 1
@@ -229,7 +240,7 @@ class DFlashGenerator:
             # Never verify more drafts than tokens the request may still emit.
             max_drafts = min(self.drafter.draft_block_size - 1, params.max_tokens - num_emitted - 1)
             new_tokens, context = self._cycle(
-                committed, context, cache, params, mask, stats, max_drafts
+                committed, context, cache, params, mask, stats, max_drafts, grammar
             )
             stats.acceptance_lengths.append(len(new_tokens))
             committed += new_tokens
@@ -246,6 +257,7 @@ class DFlashGenerator:
         mask: mx.array | None,
         stats: DFlashStats,
         max_drafts: int,
+        grammar: TokenGrammar | None = None,
     ) -> tuple[list[int], mx.array]:
         """One DRAFT → VERIFY → ACCEPT → ROLLBACK cycle: the committed tokens.
 
@@ -253,14 +265,24 @@ class DFlashGenerator:
         ids stay on the device and feed the verify block, the draft runs while the host
         builds the verify graph, and one wait per cycle fetches both id lists. On a small
         target the host's graph building is a large part of a step, so the overlap counts.
+        A grammar needs the drafted ids on the host before the verify (its masks follow
+        them), so it costs one more wait per cycle.
         """
         t0 = time.perf_counter()
         block = mx.array(committed[-1:], dtype=mx.uint32)
         draft = draft_probs = None
+        verify_mask = mask
         if max_drafts > 0:
             draft_logits = self.drafter.propose(committed, context)[:max_drafts]
             draft, draft_probs = self._draft_tokens(draft_logits, params, mask)
+            if grammar is not None:
+                n, keep = block_masks(grammar, draft.tolist(), self.target.vocab_size)
+                draft = draft[:n]
+                draft_probs = draft_probs[:n] if draft_probs is not None else None
+                verify_mask = suppressed(keep, mask)
             block = mx.concatenate([block, draft])
+        elif grammar is not None:
+            verify_mask = suppressed(grammar.keep(self.target.vocab_size)[None], mask)
             if self.sync_phases:
                 mx.eval(draft)
             else:
@@ -271,14 +293,14 @@ class DFlashGenerator:
         logits, hidden, tapes = self.target.forward(block[None], cache, record_tape=True)
         assert logits is not None
         if params.is_greedy:
-            chosen = sample_with_temperature(logits[0], 0.0, mask)
+            chosen = sample_with_temperature(logits[0], 0.0, verify_mask)
             mx.async_eval(chosen, hidden)
             draft_ids = draft.tolist() if draft is not None else []
             target_ids = chosen.tolist()
             num_kept = accept_length(draft_ids, target_ids)
             bonus = target_ids[num_kept]
         else:
-            target_probs = probabilities(logits[0], params.temperature, mask)
+            target_probs = probabilities(logits[0], params.temperature, verify_mask)
             mx.async_eval(target_probs, hidden)
             draft_ids = draft.tolist() if draft is not None else []
             num_kept, bonus = speculative_accept(draft_ids, target_probs, draft_probs)
@@ -290,7 +312,10 @@ class DFlashGenerator:
         if self.sync_phases:
             mx.eval(context)
         stats.rollback_s += time.perf_counter() - t2
-        return [*draft_ids[:num_kept], bonus], context
+        new_tokens = [*draft_ids[:num_kept], bonus]
+        if grammar is not None:
+            grammar.consume(new_tokens)
+        return new_tokens, context
 
     @staticmethod
     def _draft_tokens(

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from omlx.draft.bench import make_draft
+from omlx.draft.grammar import TokenGrammar
 from omlx.draft.loop import DFlashGenerator, DFlashParams
 from omlx.draft.model import DFlashDraftModel
 from omlx.draft.stats import DFlashStats
@@ -80,9 +81,15 @@ class DFlashPath:
         return all(getattr(sampling, k, v) == v for k, v in _NEUTRAL_SAMPLING.items())
 
     def open(
-        self, model: Any, prompt_ids: list[int], sampling: Any, max_tokens: int
+        self,
+        model: Any,
+        prompt_ids: list[int],
+        sampling: Any,
+        max_tokens: int,
+        grammar: TokenGrammar | None = None,
     ) -> Iterator[list[int]]:
-        """The committed tokens of each DFlash cycle (the first list is the prefill's)."""
+        """The committed tokens of each DFlash cycle (the first list is the prefill's);
+        with a grammar (a constrained request), drafts are checked against it."""
         generator = self._generator_for(model)
         params = DFlashParams(
             max_tokens=max_tokens,
@@ -92,7 +99,7 @@ class DFlashPath:
         stats = DFlashStats(draft_block_size=generator.drafter.draft_block_size)
         stats.prompt_tokens = len(prompt_ids)
         self._is_active = True  # before the first step, so one admit pass opens only one
-        return self._track(generator.commits(prompt_ids, params, stats), stats)
+        return self._track(generator.commits(prompt_ids, params, stats, grammar), stats)
 
     def _track(self, commits: Iterator[list[int]], stats: DFlashStats) -> Iterator[list[int]]:
         try:

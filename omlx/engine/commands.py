@@ -74,7 +74,13 @@ class AltPath(Protocol):
     ) -> bool: ...
 
     def open(
-        self, model: Any, prompt_ids: list[int], sampling: SamplingParams, max_tokens: int
+        self,
+        model: Any,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        max_tokens: int,
+        grammar: Any = None,
     ) -> Iterator[list[int]]:
-        """Yields the tokens each cycle commits; the engine checks EOS/stop/max_tokens."""
+        """Yields the tokens each cycle commits; the engine checks EOS/stop/max_tokens.
+        A constrained request brings its grammar (a RowMatcher); every token must fit it."""
         ...

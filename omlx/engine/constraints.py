@@ -266,6 +266,16 @@ class RowMatcher:
         self._m.unsafe_compute_mask_ptr(self.words.ctypes.data, self.words.nbytes)
         return self.words
 
+    def keep(self, vocab: int) -> np.ndarray:
+        """The tokens allowed next, one bool per logit (what DFlash's verify masks with)."""
+        return allowed_ids(self.fill(), vocab)
+
+    def rollback(self, num_tokens: int) -> None:
+        """Take back the last `num_tokens` consumed (a draft walked, then not committed)."""
+        if num_tokens:
+            self._m.rollback(num_tokens)
+            self.num_consumed -= num_tokens
+
     @property
     def is_accepting(self) -> bool:
         return self._m.is_accepting()

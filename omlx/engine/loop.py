@@ -308,14 +308,9 @@ class EngineLoop:
         ids, params = sub.prompt.token_ids, sub.sampling
         text = TextStream(self._lm.tokenizer.detokenizer, sub.stop)
         alt = self.alt_path
-        # Constrained requests never take the alternative path: DFlash's drafts are not
-        # checked against a grammar, so the batch (with its per-row mask) serves them.
-        if (
-            alt is not None
-            and sub.grammar is None
-            and alt.wants(sub.prompt, params, num_running=len(self._uids))
-        ):
-            stream = alt.open(self._lm.model, ids, params, sub.prompt.max_tokens)
+        grammar = sub.grammar.matcher() if sub.grammar is not None else None
+        if alt is not None and alt.wants(sub.prompt, params, num_running=len(self._uids)):
+            stream = alt.open(self._lm.model, ids, params, sub.prompt.max_tokens, grammar=grammar)
             return Live(sub, text, 0, alt=stream, served_by=alt.name, prefilling=False)
         caches, num_cached = self._prefix.fetch(ids)
         if caches is None or not 0 < num_cached < len(ids):  # one token must be left to prefill
@@ -331,7 +326,7 @@ class EngineLoop:
             params,
             len(ids),
             think.next_forced if think is not None else None,
-            grammar=sub.grammar.matcher() if sub.grammar is not None else None,
+            grammar=grammar,
         )
         [uid] = self._gen.insert_segments(
             [segments],

@@ -26,7 +26,7 @@ class ScriptedPath:
     def wants(self, prompt, sampling, *, num_running):
         return num_running == 0 and sampling.is_greedy
 
-    def open(self, model, prompt_ids, sampling, max_tokens):
+    def open(self, model, prompt_ids, sampling, max_tokens, grammar=None):
         self.opened += 1
         script = itertools.cycle([1000, 2000, 3000, 4000])
 

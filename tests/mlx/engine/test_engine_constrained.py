@@ -16,6 +16,7 @@ import jsonschema
 import pytest
 
 from omlx.cache.prefix_cache import PrefixCache
+from omlx.draft.serving import DFlashPath
 from omlx.engine.api import FinishReason, ResponseFormat, SamplingParams, Token
 from omlx.errors import InvalidRequest
 from omlx.pool.pool import LocalModelPool
@@ -248,36 +249,37 @@ def test_prefix_cache_hits_keep_the_grammar(tiny_dir: Path, tmp_path: Path) -> N
     jsonschema.validate(json.loads(again.text), PERSON)
 
 
-class EveryRequestPath:
-    """An alternative path that would take every request."""
+def test_dflash_serves_constrained_requests_within_the_grammar(tiny_dir: Path) -> None:
+    """A random draft's blocks are checked against the grammar: greedy answers equal the
+    batch's token for token, sampled ones conform, a forced call calls the tool."""
+    fmt = ResponseFormat("json_schema", PERSON)
+    greedy = request("A person", max_tokens=160, response_format=fmt)
+    call = request("weather", max_tokens=120, tools=[WEATHER], tool_choice="required")
 
-    name = "every"
-
-    def __init__(self) -> None:
-        self.opened = 0
-
-    def wants(self, prompt, sampling, *, num_running):
-        return True
-
-    def open(self, model, prompt_ids, sampling, max_tokens):
-        self.opened += 1
-        return iter([[1000, 1001]])
-
-
-def test_constrained_requests_bypass_the_alternative_path(tiny_dir: Path) -> None:
-    path = EveryRequestPath()
-
-    async def main():
-        pool = LocalModelPool(Settings(), models={"tiny": tiny_dir}, alt_paths={"tiny": path})
+    async def main(alt_paths):
+        pool = LocalModelPool(Settings(), models={"tiny": tiny_dir}, alt_paths=alt_paths)
         try:
-            fmt = ResponseFormat("json_schema", PERSON)
-            return await collect(pool, request("A person", max_tokens=160, response_format=fmt))
+            out = [await collect(pool, greedy), await collect(pool, call)]
+            if alt_paths:  # one at a time: DFlash serves a request alone
+                for _ in range(8):
+                    sampled = request(
+                        "A person", max_tokens=160, sampling=SAMPLED, response_format=fmt
+                    )
+                    out.append(await collect(pool, sampled))
+            return out
         finally:
             await pool.close(grace_s=0)
 
-    r = asyncio.run(main())
-    assert path.opened == 0 and r.done.served_by == "batch"
-    jsonschema.validate(json.loads(r.text), PERSON)
+    batch = asyncio.run(main(None))
+    path = DFlashPath("random")
+    served = asyncio.run(main({"tiny": path}))
+    assert {r.done.served_by for r in served} == {"dflash"}
+    assert served[0].token_ids == batch[0].token_ids
+    assert served[1].token_ids == batch[1].token_ids
+    assert _calls(served[1]) and _calls(served[1])[0][0] == "get_weather"
+    for r in [served[0], *served[2:]]:
+        jsonschema.validate(json.loads(r.text), PERSON)
+    assert len(path.recent_stats) == len(served)
 
 
 def test_an_unenforceable_schema_fails_before_generation(tiny_dir: Path) -> None:
