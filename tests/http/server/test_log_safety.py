@@ -118,4 +118,3 @@ def test_stream_left_midway_is_counted_as_a_disconnect(
         return http["client_disconnects_total"] == before["client_disconnects_total"] + 1
 
     _wait_for(counted)
-
