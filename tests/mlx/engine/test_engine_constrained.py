@@ -261,7 +261,7 @@ def test_dflash_serves_constrained_requests_within_the_grammar(tiny_dir: Path) -
         try:
             out = [await collect(pool, greedy), await collect(pool, call)]
             if alt_paths:  # one at a time: DFlash serves a request alone
-                for _ in range(8):
+                for _ in range(4):
                     sampled = request(
                         "A person", max_tokens=160, sampling=SAMPLED, response_format=fmt
                     )
