@@ -95,7 +95,9 @@ def test_preload_env_prepends_and_marks():
     assert out["LD_LIBRARY_PATH"] == "/shim:/lib/a"
     assert out[blas.ENV_MARKER] == "/x/libopenblas.so.0"
     assert out["HOME"] == "/h"
+    assert out["MALLOC_ARENA_MAX"] == "2"
     assert env == {"LD_PRELOAD": "/y/libfoo.so", "LD_LIBRARY_PATH": "/lib/a", "HOME": "/h"}
+    assert preload_env({"MALLOC_ARENA_MAX": "8"}, plan)["MALLOC_ARENA_MAX"] == "8"  # theirs
     assert preload_env({}, BlasPlan("/x/lib.so", "OMLX_BLAS"))["LD_PRELOAD"] == "/x/lib.so"
 
 
