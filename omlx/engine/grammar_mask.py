@@ -12,7 +12,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from omlx.engine.constraints import RowMatcher, allowed_ids
+from omlx.engine.constraints import RowMatcher
 
 
 class GrammarProcessor:
@@ -32,7 +32,7 @@ class GrammarProcessor:
         """The tokens the grammar allows next, one bool per logit."""
         if unseen:
             self.row.consume(unseen)
-        return allowed_ids(self.row.fill(), vocab)
+        return self.row.keep(vocab)
 
     @staticmethod
     def apply_mask(logits: mx.array, keep: np.ndarray) -> mx.array:
