@@ -281,12 +281,12 @@ class DFlashGenerator:
                 draft_probs = draft_probs[:n] if draft_probs is not None else None
                 verify_mask = suppressed(keep, mask)
             block = mx.concatenate([block, draft])
-        elif grammar is not None:
-            verify_mask = suppressed(grammar.keep(self.target.vocab_size)[None], mask)
             if self.sync_phases:
                 mx.eval(draft)
             else:
                 mx.async_eval(draft)
+        elif grammar is not None:
+            verify_mask = suppressed(grammar.keep(self.target.vocab_size)[None], mask)
         t1 = time.perf_counter()
         stats.draft_s += t1 - t0
 
