@@ -9,7 +9,7 @@
 # by then are left for a later run), and training gets whatever the deadline leaves (at
 # most TRAIN_MAX_S, default 300 s), so the script ends inside DEADLINE_S (default 560).
 # SMOKE_FLAGS (e.g. "--max-prompts 8 --max-new-tokens 8 --batch-size 2") are appended
-# to both commands, for a rehearsal on a CPU. The GPU must be free: another process
+# to both commands, for a rehearsal on a CPU; TRAIN_FLAGS to the training command only. The GPU must be free: another process
 # holding its memory makes CUDA graph instantiation fail with out of memory.
 set -euo pipefail
 parts=$1
@@ -38,5 +38,5 @@ echo "data done after $elapsed s; training for $budget s"
 omlx draft train "${common[@]}" --data-budget 0 --time-budget "$budget" --steps 1000000 \
     --batch-size 32 --anchors 32 --lr 8e-4 --warmup 0.04 --block-size 16 \
     --eval-every 200 --checkpoint-every 2000 --save-dtype bfloat16 --shard-mb 15 --json \
-    "${smoke[@]}"
+    "${smoke[@]}" ${TRAIN_FLAGS:-}
 echo "all done after $(( $(date +%s) - start )) s"

@@ -24,9 +24,8 @@ from typing import Any
 
 import mlx.core as mx
 
-from omlx.draft.bench import BenchReport, compare
+from omlx.draft.bench import BenchReport, compare, make_draft
 from omlx.draft.loop import DFlashParams
-from omlx.draft.model import load_draft
 from omlx.draft.train.prompts import encode, read_prompt_file, select
 
 CATEGORIES = ("chat", "code", "maths", "instructions")
@@ -100,7 +99,7 @@ def main() -> None:
     else:
         model_dir = Path(args.model)
     model, tokenizer = load(str(model_dir))
-    draft = load_draft(args.draft)
+    draft = make_draft(model, args.draft)  # in the target's dtype
     records = select(read_prompt_file(), split="heldout")
     categories = args.categories.split(",")
     prompts = {

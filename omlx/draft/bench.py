@@ -13,6 +13,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from omlx.draft.baseline import plain_generate
+from omlx.draft.capture import TargetAdapter
 from omlx.draft.loop import DFlashGenerator, DFlashParams
 from omlx.draft.model import DFlashDraftModel, load_draft
 from omlx.draft.random_init import draft_config_for, random_draft
@@ -100,11 +101,14 @@ def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
 
 
 def make_draft(target: nn.Module, draft: str, seed: int = 0) -> DFlashDraftModel:
-    """Load a draft folder, or build a random one that fits `target` ("random")."""
+    """Load a draft folder, or build a random one that fits `target` ("random"), in the
+    target's dtype: drafts ship in bfloat16, and a float32 target on a CPU would
+    otherwise convert the draft's weights at every cycle (and bfloat16 matmuls are slow
+    there)."""
+    dtype = TargetAdapter(target, ()).dtype
     if draft == RANDOM_DRAFT:
-        dtype = target.model.embed_tokens.weight.dtype
         return random_draft(draft_config_for(target), seed=seed, dtype=dtype)
-    return load_draft(draft)
+    return load_draft(draft, dtype=dtype)
 
 
 def compare(

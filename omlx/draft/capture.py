@@ -127,6 +127,11 @@ class TargetAdapter:
             self.vocab_size = int(self._embed.scales.shape[0])
 
     @property
+    def dtype(self) -> mx.Dtype:
+        """What the target computes in (a quantized embedding's scales carry it)."""
+        return getattr(self._embed, "scales", self._embed.weight).dtype
+
+    @property
     def num_layers(self) -> int:
         return len(self._layers)
 

@@ -81,10 +81,17 @@ def train(
     anchors: int = typer.Option(32, "--anchors", min=1, help="Draft blocks per sequence."),
     lr: float = typer.Option(6e-4, "--lr", min=0.0),
     warmup: float = typer.Option(0.04, "--warmup", min=0.0, max=0.9),
+    weight_decay: float = typer.Option(0.01, "--weight-decay", min=0.0),
     dtype: str = typer.Option("float32", "--dtype", help="float32 or bfloat16 training."),
     save_dtype: str = typer.Option("bfloat16", "--save-dtype"),
     shard_mb: float = typer.Option(0.0, "--shard-mb", min=0.0, help="Split weight files."),
     eval_every: int = typer.Option(100, "--eval-every", min=1),
+    eval_sequences: int = typer.Option(
+        64, "--eval-sequences", min=1, help="Held-out replies walked at each evaluation."
+    ),
+    keep_best: bool = typer.Option(
+        True, "--keep-best/--keep-last", help="Save the weights of the best held-out τ."
+    ),
     checkpoint_every: int = typer.Option(500, "--checkpoint-every", min=0),
     seed: int = typer.Option(0, "--seed"),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint."),
@@ -153,10 +160,13 @@ def train(
                 anchors_per_seq=anchors,
                 lr=lr,
                 warmup=warmup,
+                weight_decay=weight_decay,
                 dtype=dtype,
                 save_dtype=save_dtype,
                 shard_mb=shard_mb,
                 eval_every=eval_every,
+                eval_sequences=eval_sequences,
+                keep_best=keep_best,
                 checkpoint_every=checkpoint_every,
                 seed=seed,
             ),
@@ -189,9 +199,10 @@ def train(
             f"{data['samples']} samples, {data['reply_tokens']} reply tokens: {data['file']}"
         )
         return
-    final = result["final"]
+    saved = result["saved"]
     console.print(
         f"draft written to {result['out']}: {result['steps']} steps in {result['train_s']:.0f}s, "
-        f"held-out τ {final.get('eval_tau', 0):.2f} (loss {final.get('eval_loss', 0):.3f})"
+        f"weights of step {saved['step']}: held-out τ {saved.get('eval_tau', 0):.2f} "
+        f"(loss {saved.get('eval_loss', 0):.3f})"
     )
     console.print(f"use it: omlx serve --dflash --draft {result['out']}")

@@ -4,7 +4,10 @@ The schedule runs on progress, the larger of steps done / `steps` and seconds sp
 `time_budget_s`, so a run bounded by time still warms up, decays and ends cleanly.
 Every `eval_every` steps the held-out samples (greedy replies only: their tokens are
 the target's own greedy chain, so a block's accepted prefix is exactly what greedy
-DFlash would accept) give a loss and the acceptance length τ. Checkpoints keep the
+DFlash would accept) give a loss and the acceptance length τ, walked cycle by cycle
+as decoding walks it (loop_eval; `eval_block_tau` is the mean over random anchors,
+which overstates it). With `keep_best` the finished folder holds the weights of the
+evaluation with the highest τ, since a small data set overfits. Checkpoints keep the
 float32 weights, the optimizer state and the data order, so `resume` continues the
 same run. The finished folder is config.json + safetensors in the published layout.
 """
@@ -29,6 +32,7 @@ from omlx.draft.capture import TargetAdapter
 from omlx.draft.config import DFlashConfig
 from omlx.draft.model import DFlashDraftModel
 from omlx.draft.train.data import Sample
+from omlx.draft.train.loop_eval import loop_acceptance
 from omlx.draft.train.objective import (
     BlockBatch,
     block_loss,
@@ -67,6 +71,7 @@ class TrainConfig:
     eval_sequences: int = 64
     log_every: int = 10
     checkpoint_every: int = 500
+    keep_best: bool = True  # save the weights of the best held-out τ, not the last
     seed: int = 0
 
     def check(self) -> None:
@@ -165,6 +170,7 @@ class Trainer:
         self.state = TrainState()
         self.rng = np.random.default_rng(cfg.seed)
         self._eval_batches = self._make_eval_batches()
+        self._best: tuple[float, int, list[tuple[str, mx.array]]] | None = None
         self._loss_and_grad = nn.value_and_grad(self.draft, self._loss)
 
     # -- data ---------------------------------------------------------------------------
@@ -238,11 +244,30 @@ class Trainer:
             acc_sum += np.array(m.accuracy) * n
         if not total_blocks:
             return {}
+        chosen = self.eval_samples[: self.cfg.eval_sequences]
+        tokens = cycles = 0
+        for i in range(0, len(chosen), self.cfg.batch_size):
+            walked = loop_acceptance(
+                self.draft,
+                self.adapter,
+                chosen[i : i + self.cfg.batch_size],
+                block_size=self.draft_cfg.block_size,
+                mask_token_id=self.draft_cfg.mask_token_id,
+                max_len=self.cfg.max_seq_len,
+            )
+            tokens, cycles = tokens + walked.tokens, cycles + walked.cycles
         return {
             "eval_loss": loss_sum / total_blocks,
-            "eval_tau": tau_sum / total_blocks,
+            "eval_tau": tokens / cycles if cycles else 1.0,
+            "eval_block_tau": tau_sum / total_blocks,
             "eval_accuracy": [round(float(a), 4) for a in acc_sum / total_blocks],
         }
+
+    def _keep_if_best(self, record: dict[str, Any]) -> None:
+        tau = record.get("eval_tau")
+        if tau is not None and (self._best is None or tau > self._best[0]):
+            # Optimizer updates replace the arrays, so holding these copies nothing.
+            self._best = (tau, record["step"], tree_flatten(self.draft.parameters()))
 
     # -- checkpoints --------------------------------------------------------------------
 
@@ -325,14 +350,14 @@ class Trainer:
                 )
                 window = []
             if st.step % cfg.eval_every == 0:
-                self._record(
-                    {
-                        "kind": "eval",
-                        "step": st.step,
-                        "elapsed_s": round(st.elapsed_s, 2),
-                        **self.evaluate(),
-                    }
-                )
+                record = {
+                    "kind": "eval",
+                    "step": st.step,
+                    "elapsed_s": round(st.elapsed_s, 2),
+                    **self.evaluate(),
+                }
+                self._record(record)
+                self._keep_if_best(record)
             if cfg.checkpoint_every and st.step % cfg.checkpoint_every == 0:
                 self.checkpoint()
         final = {
@@ -342,7 +367,13 @@ class Trainer:
             **self.evaluate(),
         }
         self._record(final)
-        self.checkpoint()
+        self._keep_if_best(final)
+        self.checkpoint()  # the last weights: `resume` continues the run, not the best
+        kept = final
+        if cfg.keep_best and self._best is not None and self._best[1] != st.step:
+            best_step = self._best[1]
+            kept = next(r for r in st.history if r["kind"] == "eval" and r["step"] == best_step)
+            self.draft.load_weights(self._best[2])
         save_trained(self.draft, self.out, cfg)
         return {
             "out": str(self.out),
@@ -351,6 +382,7 @@ class Trainer:
             "train_samples": len(self.train_samples),
             "eval_samples": len(self.eval_samples),
             "final": final,
+            "saved": kept,
             "first": next((r for r in st.history if r["kind"] == "eval"), None),
             "draft_config": self.draft_cfg.to_dict(),
         }

@@ -7,10 +7,12 @@ import pytest
 from mlx.utils import tree_flatten
 
 from omlx.draft.baseline import plain_generate
+from omlx.draft.capture import TargetAdapter
 from omlx.draft.loop import DFlashGenerator, DFlashParams
 from omlx.draft.model import load_draft
 from omlx.draft.random_init import random_draft
 from omlx.draft.train.data import GenerationSettings, Sample, generate_replies
+from omlx.draft.train.loop_eval import loop_acceptance
 from omlx.draft.train.sizing import draft_config
 from omlx.draft.train.trainer import TrainConfig, Trainer
 from tests.mlx.draft.conftest import VOCAB, build_target
@@ -56,7 +58,8 @@ def _trainer(target, samples, out, **overrides) -> Trainer:
     return Trainer(target, shape, samples, samples[:16], cfg, out)
 
 
-def _mean_tau(target, draft, prompts) -> tuple[float, bool]:
+def _decode(target, draft, prompts) -> tuple[list[int], bool]:
+    """Every cycle's committed tokens over real DFlash runs, and whether they equal plain."""
     generator = DFlashGenerator.from_models(target, draft)
     lengths, identical = [], True
     for prompt in prompts:
@@ -64,6 +67,11 @@ def _mean_tau(target, draft, prompts) -> tuple[float, bool]:
         tokens = run.run()
         lengths += run.stats.acceptance_lengths
         identical &= tokens == plain_generate(target, prompt, DFlashParams(max_tokens=40)).tokens
+    return lengths, identical
+
+
+def _mean_tau(target, draft, prompts) -> tuple[float, bool]:
+    lengths, identical = _decode(target, draft, prompts)
     return sum(lengths) / len(lengths), identical
 
 
@@ -77,6 +85,8 @@ def test_training_lowers_loss_and_raises_tau(distilled, tmp_path):
     assert last["eval_loss"] < first["eval_loss"] - 1.0
     assert last["eval_tau"] > first["eval_tau"] + 0.5
     assert result["steps"] == 120
+    best = max(r["eval_tau"] for r in evals[1:])
+    assert result["saved"]["eval_tau"] == best  # keep_best: the folder holds the best
 
     # The folder loads as any draft does, and the decoding loop accepts more of it.
     loaded = load_draft(tmp_path / "draft")
@@ -89,6 +99,31 @@ def test_training_lowers_loss_and_raises_tau(distilled, tmp_path):
     random_tau, _ = _mean_tau(target, random_draft(loaded.config, seed=5), prompts[:6])
     assert identical
     assert trained_tau > random_tau + 0.5, (trained_tau, random_tau)
+
+
+def test_walked_tau_is_what_decoding_gets(distilled, tmp_path):
+    """The held-out τ the trainer reports walks the chain as the loop does: the same
+    cycles, cycle for cycle, as real DFlash runs of the same prompts."""
+    target, prompts, samples = distilled
+    trainer = _trainer(target, samples, tmp_path / "draft", steps=60, eval_every=1000)
+    trainer.run()
+    draft = load_draft(tmp_path / "draft")
+    lengths, identical = _decode(target, draft, prompts[:6])
+    assert identical
+    chains = [  # what max_tokens=40 decodes: the first 40 tokens of each greedy reply
+        Sample(s.prompt_id, s.category, s.split, True, s.prompt_ids, s.reply_ids[:40])
+        for s in samples[:6]
+    ]
+    walked = loop_acceptance(
+        draft,
+        TargetAdapter(target, draft.config.target_layer_ids),
+        chains,
+        block_size=BLOCK,
+        mask_token_id=draft.config.mask_token_id,
+    )
+    assert walked.tokens == sum(lengths) == 6 * 39
+    assert walked.cycles == len(lengths)
+    assert 1.0 < walked.tau < BLOCK  # a partly trained draft: some drafts kept, not all
 
 
 def test_resume_continues_the_same_run(distilled, tmp_path):
