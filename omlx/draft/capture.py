@@ -157,6 +157,11 @@ class TargetAdapter:
     def embed(self, ids: mx.array) -> mx.array:
         return self._embed(ids)
 
+    @property
+    def head_module(self) -> nn.Module:
+        """The module behind `lm_head`: the LM head, or the tied embedding."""
+        return self._lm_head if self._lm_head is not None else self._embed
+
     def lm_head(self, hidden: mx.array) -> mx.array:
         if self._lm_head is not None:
             return self._lm_head(hidden)

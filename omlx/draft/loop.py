@@ -23,6 +23,7 @@ from omlx.draft.model import DFlashDraftModel
 from omlx.draft.sampling import probabilities, sample_with_temperature, speculative_accept
 from omlx.draft.stats import DFlashStats
 from omlx.draft.stopping import StopCondition
+from omlx.draft.vocab import RestrictedHead
 from omlx.errors import InvalidRequest
 
 PREFILL_STEP_TOKENS = 2048
@@ -67,6 +68,11 @@ class DFlashDrafter:
             raise InvalidRequest("the DFlash draft block size must be at least 2")
         self.mask_token_id = cfg.mask_token_id
         self._cache: list[Any] = []
+        self._head: Any = target.lm_head
+        if model.vocab is not None:
+            self._head = RestrictedHead(
+                target.head_module, model.vocab.token_ids, target.vocab_size
+            )
 
     def start(self) -> None:
         self._cache = self.model.make_cache()
@@ -75,7 +81,7 @@ class DFlashDrafter:
         block = [committed[-1]] + [self.mask_token_id] * (self.draft_block_size - 1)
         embeddings = self.target.embed(mx.array(block)[None])
         hidden = self.model(embeddings.astype(context.dtype), context, self._cache)
-        return self.target.lm_head(hidden[:, 1:])[0]
+        return self._head(hidden[:, 1:])[0]
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from omlx.draft.config import DFlashConfig
+from omlx.draft.vocab import DraftVocab, read_vocab
 from omlx.errors import InvalidRequest
 from omlx.mlx_lm_compat import KVCache, initialize_rope, swiglu
 
@@ -103,7 +104,10 @@ class DraftLayer(nn.Module):
 
 
 class DFlashDraftModel(nn.Module):
-    """Draft network without embedding or LM head: the target lends both."""
+    """Draft network without embedding or LM head: the target lends both (the head over
+    `vocab` only, when the folder has a draft vocabulary)."""
+
+    vocab: DraftVocab | None = None
 
     def __init__(self, cfg: DFlashConfig) -> None:
         super().__init__()
@@ -168,4 +172,5 @@ def load_draft(path: str | Path, dtype: mx.Dtype | None = None) -> DFlashDraftMo
         model.set_dtype(dtype)
     mx.eval(model.parameters())
     model.eval()
+    model.vocab = read_vocab(folder)
     return model

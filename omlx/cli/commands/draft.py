@@ -89,6 +89,13 @@ def train(
     eval_sequences: int = typer.Option(
         64, "--eval-sequences", min=1, help="Held-out replies walked at each evaluation."
     ),
+    vocab_coverage: float = typer.Option(
+        0.99,
+        "--vocab-coverage",
+        min=0.01,
+        max=1.0,
+        help="Draft vocabulary: the tokens making this share of the replies (1: all).",
+    ),
     keep_best: bool = typer.Option(
         True, "--keep-best/--keep-last", help="Save the weights of the best held-out τ."
     ),
@@ -167,6 +174,7 @@ def train(
                 eval_every=eval_every,
                 eval_sequences=eval_sequences,
                 keep_best=keep_best,
+                vocab_coverage=vocab_coverage,
                 checkpoint_every=checkpoint_every,
                 seed=seed,
             ),

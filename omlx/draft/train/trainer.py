@@ -72,6 +72,7 @@ class TrainConfig:
     log_every: int = 10
     checkpoint_every: int = 500
     keep_best: bool = True  # save the weights of the best held-out τ, not the last
+    vocab_coverage: float = 0.99  # draft vocabulary: this share of reply tokens; 1: none
     seed: int = 0
 
     def check(self) -> None:
@@ -80,6 +81,8 @@ class TrainConfig:
         for name in ("dtype", "save_dtype"):
             if getattr(self, name) not in DTYPES:
                 raise InvalidRequest(f"{name} must be one of {sorted(DTYPES)}")
+        if not 0.0 < self.vocab_coverage <= 1.0:
+            raise InvalidRequest("the draft vocabulary's coverage must be in (0, 1]")
         if self.batch_size < 1 or self.anchors_per_seq < 1:
             raise InvalidRequest("batch size and anchors per sequence must be at least 1")
 

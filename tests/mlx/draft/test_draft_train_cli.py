@@ -36,6 +36,9 @@ def test_train_reuse_data_resume_and_bench(tiny_llama_dir, tmp_path):
     assert result["data"]["cached"] is False and result["data"]["samples"] == 3
     assert any(r["kind"] == "eval" and "eval_tau" in r for r in records)
     assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
+    # Three short replies use a few of the vocabulary's tokens: the draft scores those.
+    vocab = json.loads((out / "draft_vocab.json").read_text())["token_ids"]
+    assert result["draft_vocab"] == len(vocab) and 0 < len(vocab) <= 18
 
     again = CliRunner().invoke(app, [*args, "--steps", "3", "--resume"])
     assert again.exit_code == 0, again.output
