@@ -76,14 +76,19 @@ async def run_level(
     timeout_s: float = 600.0,
     salt: int = 0,
     on_done=None,
+    prompts: Sequence[str] = (),
 ) -> LevelResult:
-    """num_requests requests, at most `concurrency` in flight; each prompt distinct."""
+    """num_requests requests, at most `concurrency` in flight; each prompt distinct (filler
+    text of `prompt_words`), or the given `prompts` in turn (the same ones every level)."""
     sem = asyncio.Semaphore(concurrency)
     async with _client(concurrency, timeout_s) as client:
 
         async def one(i: int) -> RequestTiming:
             async with sem:
-                prompt = filler_prompt(prompt_words, salt=salt * 100_000 + i)
+                if prompts:
+                    prompt = prompts[i % len(prompts)]
+                else:
+                    prompt = filler_prompt(prompt_words, salt=salt * 100_000 + i)
                 t = await stream_chat(client, base_url, model, prompt, max_tokens, api_key)
             if on_done:
                 on_done()

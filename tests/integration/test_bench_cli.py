@@ -73,6 +73,24 @@ def test_bench_shows_progress_on_stderr_and_the_table_on_stdout(live_tiny) -> No
     assert [lv["concurrency"] for lv in json.loads(quiet.stdout)["levels"]] == [1, 2]
 
 
+def test_bench_sends_prompts_from_a_file_or_the_held_out_set(live_tiny, tmp_path) -> None:
+    long = " ".join(f"word{i}" for i in range(60))
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "hi"}) + "\n" + json.dumps({"prompt": long}) + "\n")
+    base = ["bench", "--url", live_tiny.base_url, "--concurrency", "2", "--max-tokens", "4"]
+    result = CliRunner().invoke(cli_app, [*base, "--prompts", str(prompts), "--json"])
+    assert result.exit_code == 0, result.output
+    (level,) = _levels(result.output)
+    # Both prompts went out: the longer one's ~60 words (filler text is not used).
+    assert level["num_failed"] == 0 and level["prompt_tokens"] > 60
+    assert level["prompt_words"] == 0
+    held = CliRunner().invoke(cli_app, [*base, "--prompts", "heldout", "--json"])
+    assert held.exit_code == 0, held.output
+    assert _levels(held.output)[0]["num_failed"] == 0
+    missing = CliRunner().invoke(cli_app, [*base, "--prompts", str(tmp_path / "none.jsonl")])
+    assert missing.exit_code != 0 and "none.jsonl" in missing.output
+
+
 def test_bench_draws_a_live_bar_on_a_terminal(live_tiny) -> None:
     """stderr on a terminal (a pty here): the bar counts requests, stdout stays clean."""
     main_fd, term_fd = pty.openpty()

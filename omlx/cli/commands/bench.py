@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import sys
 from collections.abc import Iterator
@@ -46,6 +47,13 @@ def bench(
     ),
     max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, min=1, help="Tokens generated per request"),
     requests: int = typer.Option(0, min=0, help="Requests per level (default: 2 x concurrency)"),
+    prompts: str = typer.Option(
+        "",
+        "--prompts",
+        help='Real prompts instead of filler text: a JSON-lines file ({"prompt": ...} or '
+        "{\"messages\": [...]}), or 'heldout' for the held-out prompts DFlash drafts are "
+        "never trained on; --prompt-words is then ignored",
+    ),
     api_key: str = typer.Option("", envvar="OMLX_SERVER__API_KEY", help="API key"),
     dflash: bool = typer.Option(False, "--dflash", help="Serve the model with its DFlash draft"),
     draft: str = typer.Option(
@@ -57,7 +65,8 @@ def bench(
 ) -> None:
     """Measure TTFT, inter-token latency and tokens/s (per request and aggregate)."""
     levels = _ints(concurrency, "--concurrency")
-    lengths = _ints(prompt_words, "--prompt-words")
+    texts = _prompt_texts(prompts) if prompts else []
+    lengths = [0] if texts else _ints(prompt_words, "--prompt-words")
     plan = [(c, n, requests or 2 * c) for n in lengths for c in levels]
     progress = BenchProgress(
         err_console, num_requests=sum(r for *_, r in plan), num_levels=len(plan), quiet=as_json
@@ -65,7 +74,7 @@ def bench(
     with progress, _target(url, model, dflash, draft, progress) as (base, served):
         model = served or model or _first_model(base, api_key)
         _warm_up(base, model, api_key, progress)
-        results = _sweep(base, model, plan, max_tokens, api_key, progress)
+        results = _sweep(base, model, plan, max_tokens, api_key, progress, texts)
     if as_json:
         print(json.dumps({"url": base, "model": model, "levels": [r.to_dict() for r in results]}))
     else:
@@ -95,6 +104,24 @@ def _target(
             yield base, httpx.get(f"{base}/ready", timeout=10).json()["default_model"]
     except (RuntimeError, TimeoutError) as e:
         fail(str(e))
+
+
+def _prompt_texts(source: str) -> list[str]:
+    """The user turns of a prompt file; 'heldout': the shipped held-out prompts, their
+    categories interleaved so that a few requests see all of them."""
+    from omlx.draft.train.prompts import read_prompt_file, select
+    from omlx.errors import InvalidRequest
+
+    try:
+        records = read_prompt_file(None if source == "heldout" else source)
+    except InvalidRequest as e:
+        fail(str(e))
+    if source == "heldout":
+        by_category: dict[str, list[str]] = {}
+        for r in select(records, split="heldout"):
+            by_category.setdefault(r.category, []).append(r.text)
+        return [t for group in itertools.zip_longest(*by_category.values()) for t in group if t]
+    return [r.text for r in records]
 
 
 def _first_model(base: str, api_key: str) -> str:
@@ -127,6 +154,7 @@ def _sweep(
     max_tokens: int,
     api_key: str,
     progress: BenchProgress,
+    texts: list[str],
 ) -> list[LevelResult]:
     results: list[LevelResult] = []
     for salt, (conc, words, num) in enumerate(plan):
@@ -142,6 +170,7 @@ def _sweep(
                 api_key=api_key,
                 salt=salt + 1,
                 on_done=progress.request_done,
+                prompts=texts,
             )
         )
         progress.level_done(result)

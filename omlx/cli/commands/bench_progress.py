@@ -65,7 +65,8 @@ class BenchProgress:
         self._level += 1
         text = (
             f"level {self._level}/{self._num_levels}: {num_requests} requests, "
-            f"{concurrency} at a time, prompts of ~{prompt_words} tokens"
+            f"{concurrency} at a time, "
+            + (f"prompts of ~{prompt_words} tokens" if prompt_words else "prompts from the file")
         )
         self.phase(text)
 
