@@ -8,6 +8,9 @@
 # replies (`--data-only`, at most DATA_MAX_S seconds, default 180; replies not written
 # by then are left for a later run), and training gets whatever the deadline leaves (at
 # most TRAIN_MAX_S, default 300 s), so the script ends inside DEADLINE_S (default 560).
+# SAMPLED (default 1) is the number of sampled replies per prompt besides the greedy one;
+# a run with more finds the finished data of fewer in DRAFT_DIR/data and adds only the
+# missing passes, so data can grow across device sessions (carry the data file along).
 # SMOKE_FLAGS (e.g. "--max-prompts 8 --max-new-tokens 8 --batch-size 2") are appended
 # to both commands, for a rehearsal on a CPU; TRAIN_FLAGS to the training command only. The GPU must be free: another process
 # holding its memory makes CUDA graph instantiation fail with out of memory.
@@ -26,7 +29,7 @@ fi
 echo "import done after $(( $(date +%s) - start )) s"
 
 common=(--target SmolLM2-135M-Instruct --out "$draft"
-        --max-new-tokens 256 --sampled 1 --sample-temperature 0.7 --gen-batch 256)
+        --max-new-tokens 256 --sampled "${SAMPLED:-1}" --sample-temperature 0.7 --gen-batch 256)
 read -r -a smoke <<< "${SMOKE_FLAGS:-}"
 omlx draft train "${common[@]}" --data-only --data-budget "${DATA_MAX_S:-180}" --json \
     "${smoke[@]}" | grep -v '"kind": "data"' || true

@@ -5,16 +5,18 @@ BatchGenerator: once greedily (what greedy DFlash must match token for token) an
 optionally, a few more times sampled at a temperature (more varied contexts). The
 result, prompt ids plus reply ids (EOS included, so the draft learns where replies
 end), is cached as JSON lines under a name that fingerprints the target, the prompts
-and the generation settings; a second run with the same inputs reuses it.
+and the generation settings; a second run with the same inputs reuses it, and a run
+asking for more sampled passes starts from the finished data of fewer.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +131,26 @@ def _append_samples(path: Path, samples: Sequence[Sample]) -> None:
             f.write(json.dumps(asdict(s)) + "\n")
 
 
+def _start_from_fewer_passes(
+    partial: Path, target_id: str, prompts: Sequence[Sequence[int]], settings: GenerationSettings
+) -> None:
+    """Seed a run asking for N sampled passes with the finished data of fewer.
+
+    Samples are stored pass by pass and each chunk's seed depends only on its pass and
+    first prompt, so the data of k < N passes is exactly the start of the data of N: a
+    later run with `--sampled 3` generates only the passes an earlier `--sampled 1` did
+    not, and ends with what a fresh `--sampled 3` run would write.
+    """
+    for fewer in range(settings.num_sampled - 1, -1, -1):
+        smaller = replace(settings, num_sampled=fewer)
+        done = partial.parent / f"distill-{cache_key(target_id, prompts, smaller)}.jsonl"
+        if done.is_file():
+            tmp = partial.with_suffix(".tmp")
+            shutil.copyfile(done, tmp)
+            tmp.replace(partial)
+            return
+
+
 def build_dataset(
     model: nn.Module,
     tokenizer: Any,
@@ -156,6 +178,8 @@ def build_dataset(
         return read_samples(path), path, True
     partial = path.with_suffix(".partial.jsonl")
     path.parent.mkdir(parents=True, exist_ok=True)
+    if not partial.is_file():
+        _start_from_fewer_passes(partial, target_id, prompts, settings)
     samples = read_samples(partial) if partial.is_file() else []
     eos = list(getattr(tokenizer, "eos_token_ids", None) or [tokenizer.eos_token_id])
     passes = [(True, 0.0)] + [(False, settings.temperature)] * settings.num_sampled

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from omlx.cli.main import app
@@ -99,3 +100,33 @@ def test_generation_stops_on_its_budget_and_resumes(tiny_llama_dir, tmp_path):
         chunk_size=2,
     )  # fmt: skip
     assert fresh == rest  # an interrupted run ends with the same data as one that was not
+
+
+def test_more_sampled_passes_start_from_the_data_of_fewer(tiny_llama_dir, tmp_path):
+    from omlx.draft.train import data
+    from omlx.draft.train.prompts import read_prompt_file, select
+    from omlx.mlx_lm_compat import load
+
+    model, tokenizer = load(str(tiny_llama_dir))
+    records = select(read_prompt_file(), split="train", limit=3)
+    calls = []
+    real = data.generate_replies
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["temperature"])
+        return real(*args, **kwargs)
+
+    def build(num_sampled, folder):
+        settings = data.GenerationSettings(max_new_tokens=4, num_sampled=num_sampled, batch_size=2)
+        return data.build_dataset(
+            model, tokenizer, records, settings, cache_dir=folder, target_id="t", chunk_size=8
+        )
+
+    one, _, _ = build(1, tmp_path / "data")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(data, "generate_replies", counting)
+        three, file, cached = build(3, tmp_path / "data")
+    assert not cached and not file.name.endswith(".partial.jsonl")
+    assert calls == [0.7, 0.7]  # only the two new sampled passes were generated
+    assert three[:6] == one and len(three) == 12
+    assert build(3, tmp_path / "fresh")[0] == three  # as a fresh run of three passes
