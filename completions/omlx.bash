@@ -31,6 +31,7 @@ _omlx() {
         "omlx bench --prompt-words") COMPREPLY=(); return ;;
         "omlx bench --max-tokens") COMPREPLY=(); return ;;
         "omlx bench --requests") COMPREPLY=(); return ;;
+        "omlx bench --prompts") COMPREPLY=(); return ;;
         "omlx bench --api-key") COMPREPLY=(); return ;;
         "omlx bench --draft") COMPREPLY=(); return ;;
         "omlx dflash-bench --model") COMPREPLY=(); return ;;
@@ -67,10 +68,13 @@ _omlx() {
         "omlx draft train --anchors") COMPREPLY=(); return ;;
         "omlx draft train --lr") COMPREPLY=(); return ;;
         "omlx draft train --warmup") COMPREPLY=(); return ;;
+        "omlx draft train --weight-decay") COMPREPLY=(); return ;;
         "omlx draft train --dtype") COMPREPLY=(); return ;;
         "omlx draft train --save-dtype") COMPREPLY=(); return ;;
         "omlx draft train --shard-mb") COMPREPLY=(); return ;;
         "omlx draft train --eval-every") COMPREPLY=(); return ;;
+        "omlx draft train --eval-sequences") COMPREPLY=(); return ;;
+        "omlx draft train --vocab-coverage") COMPREPLY=(); return ;;
         "omlx draft train --checkpoint-every") COMPREPLY=(); return ;;
         "omlx draft train --seed") COMPREPLY=(); return ;;
         "omlx launch claude --model"|"omlx launch claude -m") COMPREPLY=(); return ;;
@@ -96,7 +100,7 @@ _omlx() {
         "omlx models") opts="--json --help -h"; subs="" ;;
         "omlx pin") opts="--help -h"; subs="" ;;
         "omlx unpin") opts="--help -h"; subs="" ;;
-        "omlx bench") opts="--url --model --concurrency --prompt-words --max-tokens --requests --api-key --dflash --draft --json --help -h"; subs="" ;;
+        "omlx bench") opts="--url --model --concurrency --prompt-words --max-tokens --requests --prompts --api-key --dflash --draft --json --help -h"; subs="" ;;
         "omlx dflash-bench") opts="--model --draft --prompts --max-tokens --temperature --block-size --draft-by-argmax --json --help -h"; subs="" ;;
         "omlx top") opts="--url --api-key --batch -b -n --iterations --delay -d --help -h"; subs="" ;;
         "omlx completions") opts="--help -h"; subs="bash zsh fish" ;;
@@ -104,7 +108,7 @@ _omlx() {
         "omlx cache inspect") opts="--model -m --json --help -h"; subs="" ;;
         "omlx cache clear") opts="--model -m --tier --help -h"; subs="" ;;
         "omlx draft") opts="--help -h"; subs="train" ;;
-        "omlx draft train") opts="--target --out --prompts --max-prompts --max-new-tokens --sampled --sample-temperature --gen-batch --data-dir --data-budget --layers --intermediate-size --heads --block-size --target-layers --steps --time-budget --batch-size --anchors --lr --warmup --dtype --save-dtype --shard-mb --eval-every --checkpoint-every --seed --resume --data-only --json --help -h"; subs="" ;;
+        "omlx draft train") opts="--target --out --prompts --max-prompts --max-new-tokens --sampled --sample-temperature --gen-batch --data-dir --data-budget --layers --intermediate-size --heads --block-size --target-layers --steps --time-budget --batch-size --anchors --lr --warmup --weight-decay --dtype --save-dtype --shard-mb --eval-every --eval-sequences --vocab-coverage --keep-best --keep-last --checkpoint-every --seed --resume --data-only --json --help -h"; subs="" ;;
         "omlx config") opts="--help -h"; subs="show set" ;;
         "omlx config show") opts="--json --help -h"; subs="" ;;
         "omlx config set") opts="--help -h"; subs="" ;;
