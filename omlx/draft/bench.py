@@ -102,9 +102,8 @@ def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
 
 def make_draft(target: nn.Module, draft: str, seed: int = 0) -> DFlashDraftModel:
     """Load a draft folder, or build a random one that fits `target` ("random"), in the
-    target's dtype: drafts ship in bfloat16, and a float32 target on a CPU would
-    otherwise convert the draft's weights at every cycle (and bfloat16 matmuls are slow
-    there)."""
+    target's dtype: drafts ship in bfloat16, and a float32 target (the CPU default)
+    should not draft in a lower precision than it verifies in."""
     dtype = TargetAdapter(target, ()).dtype
     if draft == RANDOM_DRAFT:
         return random_draft(draft_config_for(target), seed=seed, dtype=dtype)

@@ -80,7 +80,7 @@ class RestrictedHead:
             raise InvalidRequest(
                 f"the draft vocabulary names token {max(token_ids)}, past the target's {vocab_size}"
             )
-        self.ids = mx.array(token_ids, dtype=mx.uint32)
+        self.ids = mx.array(token_ids, dtype=mx.int32)
         self.vocab_size = vocab_size
         self._quant: dict[str, Any] | None = None
         if hasattr(head, "scales"):  # quantized: rows are output features, gather them
@@ -89,7 +89,7 @@ class RestrictedHead:
                 "bits": head.bits,
                 "mode": getattr(head, "mode", "affine"),
             }
-            biases = head.get("biases") if hasattr(head, "get") else None
+            biases = head.get("biases")  # modules are dicts of their arrays
             self._rows = (
                 head["weight"][self.ids],
                 head["scales"][self.ids],
@@ -111,6 +111,4 @@ class RestrictedHead:
         if self._bias is not None:
             sub = sub + self._bias
         full = mx.full((*sub.shape[:-1], self.vocab_size), -mx.inf, dtype=sub.dtype)
-        return mx.put_along_axis(
-            full, mx.broadcast_to(self.ids, sub.shape).astype(mx.int32), sub, axis=-1
-        )
+        return mx.put_along_axis(full, mx.broadcast_to(self.ids, sub.shape), sub, axis=-1)

@@ -50,9 +50,9 @@ def bench(
     prompts: str = typer.Option(
         "",
         "--prompts",
-        help='Real prompts instead of filler text: a JSON-lines file ({"prompt": ...} or '
-        "{\"messages\": [...]}), or 'heldout' for the held-out prompts DFlash drafts are "
-        "never trained on; --prompt-words is then ignored",
+        help='Real prompts instead of filler text: a JSON-lines file ({"prompt": ...}, or '
+        "{\"messages\": [...]} whose last user turn is sent), or 'heldout' for the "
+        "held-out prompts DFlash drafts are never trained on; --prompt-words is then ignored",
     ),
     api_key: str = typer.Option("", envvar="OMLX_SERVER__API_KEY", help="API key"),
     dflash: bool = typer.Option(False, "--dflash", help="Serve the model with its DFlash draft"),
