@@ -13,6 +13,9 @@ import msgspec
 import tomli_w
 
 KeepAliveMode = Literal["comment", "chunk", "off"]
+# engine.prefill_batch_size = 0 (auto): prompts prefilled together per device kind.
+CPU_PREFILL_ROWS = 8
+GPU_PREFILL_ROWS = 64
 
 
 def _doc(text: str) -> msgspec.Meta:
@@ -62,7 +65,15 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
     max_queued: Annotated[
         int, _doc("Requests waiting per model before 503"), msgspec.Meta(ge=0)
     ] = 256
-    prefill_batch_size: Annotated[int, _doc("Prompts prefilled together"), msgspec.Meta(ge=1)] = 8
+    prefill_batch_size: Annotated[
+        int,
+        _doc(
+            "Prompts prefilled together; 0 = auto (8 on the CPU, where prefill is "
+            "compute-bound; on a GPU up to max_running, at most 64: one wide forward pass "
+            "costs about what a narrow one does)"
+        ),
+        msgspec.Meta(ge=0),
+    ] = 0
     prefill_step_tokens: Annotated[
         int, _doc("Prompt tokens processed per prefill chunk"), msgspec.Meta(ge=16)
     ] = 512
@@ -108,6 +119,12 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
         _doc("Import dtype for the default model; auto = float32 on CPU, 4-bit kept on GPU"),
     ] = "auto"
 
+    def prefill_rows(self, gpu: bool) -> int:
+        """prefill_batch_size with auto (0) resolved for the device."""
+        if self.prefill_batch_size:
+            return self.prefill_batch_size
+        return min(self.max_running, GPU_PREFILL_ROWS) if gpu else CPU_PREFILL_ROWS
+
 
 class ModelSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     dirs: Annotated[list[str], _doc("Extra model directories to scan")] = []
@@ -144,12 +161,14 @@ class CacheSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
     enabled: Annotated[bool, _doc("Tiered block KV cache on/off")] = True
     block_size: Annotated[int, _doc("Tokens per cache block"), msgspec.Meta(ge=1)] = 256
     partial_blocks: Annotated[
-        bool,
+        bool | Literal["auto"],
         _doc(
             "Reuse shared tokens below one block too (prompts that diverge inside a block "
-            "or end before one fills); RAM only, full-attention models only"
+            "or end before one fills); RAM only, full-attention models only. auto = on "
+            "the CPU only: on a GPU, recomputing under a block of tokens in a batched "
+            "prefill costs less than rebuilding them from RAM for each request"
         ),
-    ] = True
+    ] = "auto"
     hot_budget_bytes: Annotated[
         int, _doc("RAM hot tier budget shared by all models"), msgspec.Meta(ge=0)
     ] = 2 * 1024**3
@@ -157,6 +176,10 @@ class CacheSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
     cold_cap_bytes: Annotated[
         int, _doc("Cold tier size cap; 0 = 10% of free disk at start-up"), msgspec.Meta(ge=0)
     ] = 0
+
+    def reuse_partial_blocks(self, gpu: bool) -> bool:
+        """partial_blocks with auto resolved for the device."""
+        return (not gpu) if self.partial_blocks == "auto" else bool(self.partial_blocks)
 
 
 class DraftSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

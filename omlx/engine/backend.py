@@ -23,6 +23,7 @@ class BatchGeneratorLike(Protocol):
     """The part of mlx-lm's BatchGenerator (and omlx's fused-join subclass) the loop uses."""
 
     prefill_step_size: int
+    prefill_batch_size: int
 
     def insert_segments(self, segments: Sequence[Any], **kwargs: Any) -> list[int]: ...
 

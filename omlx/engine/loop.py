@@ -366,7 +366,7 @@ class EngineLoop:
         assert self._pacer is not None
         lives = [self._live[r] for r in self._uids._by_uid.values()]
         num_decoding = sum(not x.prefilling for x in lives)
-        num_prefilling = min(len(lives) - num_decoding, self.settings.prefill_batch_size)
+        num_prefilling = min(len(lives) - num_decoding, self._gen.prefill_batch_size)
         if self._all_prompts_short(lives):
             # A short prompt costs the streams one brief gap; pacing it would only delay
             # its first token and keep the batch from filling (throughput).

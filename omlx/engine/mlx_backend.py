@@ -24,6 +24,7 @@ from omlx.engine.sampling import (
 )
 from omlx.mlx_lm_compat import StopSequences
 from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
+from omlx.platform.device import on_gpu
 from omlx.settings import EngineSettings
 
 # See EngineBackend.gil_switch_interval_s; CPython's default is 5 ms.
@@ -41,7 +42,7 @@ class MLXBackend:
         return FusedJoinBatchGenerator(
             loaded.model,
             completion_batch_size=self.settings.max_running,
-            prefill_batch_size=self.settings.prefill_batch_size,
+            prefill_batch_size=self.settings.prefill_rows(on_gpu()),
             prefill_step_size=self.settings.prefill_step_tokens,
             stream=mx.new_stream(mx.default_device()),
         )
@@ -83,7 +84,7 @@ class MLXBackend:
         mx.clear_cache()
 
     def gil_switch_interval_s(self) -> float | None:
-        return GPU_SWITCH_INTERVAL_S if mx.default_device().type == mx.DeviceType.gpu else None
+        return GPU_SWITCH_INTERVAL_S if on_gpu() else None
 
 
 __all__ = ["MLXBackend"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from omlx.settings import (
@@ -77,6 +78,9 @@ def test_env_var_names():
         ("models.pinned", "one", ["one"]),
         ("log.level", "DEBUG", "DEBUG"),
         ("engine.dtype", "bfloat16", "bfloat16"),
+        ("cache.partial_blocks", "auto", "auto"),
+        ("cache.partial_blocks", "false", False),
+        ("engine.prefill_batch_size", "0", 0),
     ],
 )
 def test_parse_value(key, raw, expected):
@@ -93,6 +97,8 @@ def test_parse_value(key, raw, expected):
         ("log.level", "LOUD", "log.level"),
         ("cache.enabled", "maybe", "cache.enabled"),
         ("server.keepalive_interval_s", "0", "> 0"),
+        ("cache.partial_blocks", "sometimes", "cache.partial_blocks"),
+        ("engine.prefill_batch_size", "-1", ">= 0"),
     ],
 )
 def test_parse_value_rejects_bad_values(key, raw, message):
@@ -172,3 +178,26 @@ def test_write_file_is_atomic_and_leaves_no_temp(tmp_path):
     write_file(path, {"server": {"port": 1}})
     assert read_file(path) == {"server": {"port": 1}}
     assert [p.name for p in path.parent.iterdir()] == ["config.toml"]
+
+
+def test_device_defaults_resolve_per_device_kind():
+    """auto values: what suits the CPU there, what suits a GPU there; set values win."""
+    engine = load_settings().settings.engine
+    assert engine.prefill_batch_size == 0  # auto by default
+    assert engine.prefill_rows(gpu=False) == 8
+    assert engine.prefill_rows(gpu=True) == min(engine.max_running, 64)
+    few = msgspec.structs.replace(engine, max_running=16)
+    assert few.prefill_rows(gpu=True) == 16  # never more rows than run at once
+    fixed = msgspec.structs.replace(engine, prefill_batch_size=3)
+    assert (fixed.prefill_rows(gpu=False), fixed.prefill_rows(gpu=True)) == (3, 3)
+
+    cache = load_settings().settings.cache
+    assert cache.partial_blocks == "auto"
+    assert (cache.reuse_partial_blocks(gpu=False), cache.reuse_partial_blocks(gpu=True)) == (
+        True,
+        False,
+    )
+    for value in (True, False):
+        set_ = msgspec.structs.replace(cache, partial_blocks=value)
+        assert set_.reuse_partial_blocks(gpu=False) is value
+        assert set_.reuse_partial_blocks(gpu=True) is value

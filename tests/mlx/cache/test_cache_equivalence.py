@@ -121,6 +121,24 @@ def test_longer_partial_replaces_its_prefix_and_the_switch_turns_it_off(tmp_path
     off.close(spill=False)
 
 
+def test_auto_partial_blocks_follow_the_device(tmp_path: Path, monkeypatch) -> None:
+    """partial_blocks = auto: on the CPU a sub-block tail is kept and reused; on a GPU it
+    is not (recomputing it in the batched prefill costs less than rebuilding it)."""
+    model, cache, mc, kv, first = _one_stored(tmp_path, seed=12)  # auto, on the CPU
+    assert cache.stats().hot.blocks == 1
+    _check(mc, model, [*first, 3], expect_cached=len(first))
+    cache.close(spill=False)
+
+    import omlx.cache.model_cache as model_cache
+
+    monkeypatch.setattr(model_cache, "on_gpu", lambda: True)
+    gpu = _short_cache(tmp_path / "gpu")
+    mc = gpu.for_model("fp", model)
+    mc.store(first, kv)
+    assert gpu.stats().hot.blocks == 0 and mc.fetch([*first, 3]) == (None, 0)
+    gpu.close(spill=False)
+
+
 def test_evicted_partial_is_a_clean_miss(tmp_path: Path) -> None:
     _, cache, mc, _, tokens = _one_stored(tmp_path, seed=10)
     cache.clear(tier="hot")

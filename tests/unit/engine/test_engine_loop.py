@@ -99,6 +99,7 @@ class FakeGenerator:
 
     def __init__(self, script: dict[int, list[int]] | None = None) -> None:
         self.prefill_step_size = 0
+        self.prefill_batch_size = 8
         self.script = script or {}
         self.rows: dict[int, dict[str, Any]] = {}
         self.next_uid = 0

@@ -1,0 +1,240 @@
+"""Where a batched decode step's time goes: graph building, dispatch, device wait.
+
+    python benchmarks/decode_step_anatomy.py [--shape qwen3-8b] [--dtype bfloat16]
+        [--batches 1,8,64,128,256] [--prompt 200] [--steps 48] [--paths ...]
+        [--out FILE] [--smoke]
+
+A random-weight Qwen3 of a real shape (dflash_bench.build_target). At each batch size B,
+B random prompts of --prompt tokens are prefilled together, then --steps greedy decode
+steps are timed after a few warm-up steps. Paths:
+
+- generator: mlx-lm's BatchGenerator.next() (what omlx's engine runs, per-row logprobs,
+  Response objects and stop matching included);
+- fused: omlx's FusedJoinBatchGenerator.next();
+- fused_bias: the same with every row banning two tokens through logit_bias (omlx's
+  LogitBias processor, as the serving benchmarks send);
+- fused_sampled: fused_bias sampled at temperature 1 (omlx's shared sampler), as an HTTP
+  request that sets no temperature;
+- fused_ragged: fused_sampled with prompt lengths spread over +-8 tokens (left padding);
+- loop: a bare pipelined loop over mlx-lm's model and BatchKVCache (argmax only): the
+  step graph is built, queued with async_eval, then the previous step's tokens are read;
+- static: the same loop over a fixed-capacity cache (one slice_update per layer at a
+  position held in an array, a mask built from it), so every step has the same shapes;
+- compiled: `static` under mx.compile: one traced graph replayed every step.
+
+For the loops each step is split into build (Python builds the graph), dispatch
+(async_eval hands it to the device) and wait (reading the previous step's tokens: the
+host had nothing left to do but wait for the device). A step whose wait is near zero is
+host-bound. One JSON line per path and batch size (--out appends).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+PATHS = (
+    "generator",
+    "fused",
+    "fused_bias",
+    "fused_sampled",
+    "fused_ragged",
+    "loop",
+    "static",
+    "compiled",
+)
+
+
+class StaticKV:
+    """One layer's cache inside a step over fixed-capacity buffers (B, heads, C, dim)."""
+
+    def __init__(self, keys, values, offset, pos, mask) -> None:
+        self.keys, self.values = keys, values
+        self.offset, self.pos, self.mask = offset, pos, mask
+
+    def update_and_fetch(self, keys, values):
+        import mlx.core as mx
+
+        self.keys = mx.slice_update(self.keys, keys, self.pos, axes=(2,))
+        self.values = mx.slice_update(self.values, values, self.pos, axes=(2,))
+        return self.keys, self.values
+
+    def make_mask(self, n, return_array=False, window_size=None):
+        return self.mask
+
+
+def static_step(model, num_layers: int):
+    """step(tokens (B,), pos (1,), left (B,), *kv) -> (next tokens, *kv')."""
+    import mlx.core as mx
+
+    def step(tokens, pos, left, *kv):
+        cols = mx.arange(kv[0].shape[2])
+        mask = ((cols[None] >= left[:, None]) & (cols[None] <= pos))[:, None, None, :]
+        offset = pos - left
+        caches = [StaticKV(kv[2 * i], kv[2 * i + 1], offset, pos, mask) for i in range(num_layers)]
+        logits = model(tokens[:, None], cache=caches)[:, -1, :]
+        out = [mx.argmax(logits, axis=-1)]
+        for c in caches:
+            out += [c.keys, c.values]
+        return tuple(out)
+
+    return step
+
+
+def prefill(model, prompts):
+    import mlx.core as mx
+    from mlx_lm.models.cache import BatchKVCache
+
+    cache = [BatchKVCache([0] * len(prompts)) for _ in model.layers]
+    tokens = mx.argmax(model(mx.array(prompts), cache=cache)[:, -1, :], axis=-1)
+    mx.eval(tokens)
+    return tokens, cache
+
+
+def loop_path(model, prompts, steps, warm, kind):
+    """Per-step (build, dispatch, wait, total) seconds of a pipelined greedy loop."""
+    import mlx.core as mx
+
+    y, cache = prefill(model, prompts)
+    n = len(prompts[0])
+    if kind != "loop":
+        cap = -(-(n + steps + warm + 1) // 256) * 256
+        kv = []
+        for c in cache:
+            pad = [(0, 0), (0, 0), (0, cap - n), (0, 0)]
+            kv += [mx.pad(c.keys[..., :n, :], pad), mx.pad(c.values[..., :n, :], pad)]
+        del cache
+        mx.eval(kv)
+        left = mx.zeros((len(prompts),), mx.int32)
+        fn = static_step(model, len(model.layers))
+        if kind == "compiled":
+            fn = mx.compile(fn)
+    rows = []
+    for i in range(steps + warm):
+        t0 = time.perf_counter()
+        if kind == "loop":
+            nxt = mx.argmax(model(y[:, None], cache=cache)[:, -1, :], axis=-1)
+            state = [nxt]
+        else:
+            res = fn(y, mx.array([n + i], mx.int32), left, *kv)
+            nxt, kv = res[0], list(res[1:])
+            state = [nxt, kv]
+        t1 = time.perf_counter()
+        mx.async_eval(*state)
+        t2 = time.perf_counter()
+        y.tolist()
+        t3 = time.perf_counter()
+        y = nxt
+        if i >= warm:
+            rows.append((t1 - t0, t2 - t1, t3 - t2, t3 - t0))
+    return rows
+
+
+def generator_path(model, prompts, steps, warm, kind):
+    import mlx.core as mx
+
+    from omlx.engine.api import SamplingParams
+    from omlx.engine.sampling import make_logits_processors, make_sampler
+
+    if kind.startswith("fused"):
+        from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator as cls
+    else:
+        from mlx_lm.generate import BatchGenerator as cls
+    gen = cls(model, stream=mx.new_stream(mx.default_device()), prefill_batch_size=len(prompts))
+    extra = {}
+    if kind in ("fused_bias", "fused_sampled", "fused_ragged"):
+        params = SamplingParams(temperature=0.0, logit_bias={0: -100.0, 1: -100.0})
+        if kind != "fused_bias":
+            params = SamplingParams(temperature=1.0, logit_bias=params.logit_bias)
+        vocab = model.args.vocab_size
+        extra["samplers"] = [make_sampler(params, vocab) for _ in prompts]
+        extra["logits_processors"] = [make_logits_processors(params, 0) for _ in prompts]
+    if kind == "fused_ragged":
+        prompts = [p[: len(p) - (i * 7) % 17] for i, p in enumerate(prompts)]
+    try:
+        gen.insert(prompts, max_tokens=[steps + warm + 8] * len(prompts), **extra)
+        # Prefill and joins first: time only steps where every row decodes.
+        while len(gen.next()[1]) < len(prompts):
+            pass
+        rows = []
+        for i in range(steps + warm):
+            t0 = time.perf_counter()
+            gen.next()
+            if i >= warm:
+                rows.append((0.0, 0.0, 0.0, time.perf_counter() - t0))
+        return rows
+    finally:
+        gen.close()
+
+
+def summary(rows, batch: int) -> dict:
+    med = [statistics.median(col) * 1000 for col in zip(*rows, strict=True)]
+    return {
+        "build_ms": round(med[0], 2),
+        "dispatch_ms": round(med[1], 2),
+        "wait_ms": round(med[2], 2),
+        "step_ms": round(med[3], 2),
+        "step_mean_ms": round(statistics.fmean(r[3] for r in rows) * 1000, 2),
+        "tok_s": round(batch / statistics.fmean(r[3] for r in rows), 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="qwen3-8b")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--batches", default="1,8,64,128,256")
+    ap.add_argument("--prompt", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=48)
+    ap.add_argument("--warm", type=int, default=8)
+    ap.add_argument("--paths", default=",".join(PATHS))
+    ap.add_argument("--out", default="")
+    ap.add_argument("--smoke", action="store_true", help="tiny shape, small batches")
+    args = ap.parse_args()
+    if args.smoke:
+        args.shape, args.dtype, args.batches = "tiny", "float32", "1,4"
+        args.steps, args.prompt = 6, 16
+
+    import mlx.core as mx
+    from dflash_bench import SHAPES, build_target
+
+    model = build_target(args.shape, getattr(mx, args.dtype))
+    vocab = SHAPES[args.shape]["vocab_size"]
+    paths = args.paths.split(",")
+    for batch in (int(b) for b in args.batches.split(",")):
+        mx.random.seed(batch)
+        prompts = mx.random.randint(0, vocab, (batch, args.prompt)).tolist()
+        for path in paths:
+            if path in ("generator",) or path.startswith("fused"):
+                rows = generator_path(model, prompts, args.steps, args.warm, path)
+            else:
+                rows = loop_path(model, prompts, args.steps, args.warm, path)
+            line = {
+                "bench": "decode_step_anatomy",
+                "date": time.strftime("%Y-%m-%d %H:%M"),
+                "machine": f"{platform.machine()}",
+                "device": str(mx.default_device()),
+                "shape": args.shape,
+                "dtype": args.dtype,
+                "path": path,
+                "batch": batch,
+                "prompt": args.prompt,
+                "steps": args.steps,
+                **summary(rows, batch),
+            }
+            print(json.dumps(line), flush=True)
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(line) + "\n")
+            mx.clear_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# serving_scale.py on the lent GPU, same-run before/after: this tree's defaults ("auto")
+# against the settings the tree had before (prefill 8 prompts at a time, sub-block prefix
+# reuse on), then copies the step traces to $OUT.
+#   benchmarks/serving_scale_gpu.sh TOKENIZER_DIR WORKDIR [BUDGET_S] [LEVELS]
+set -euo pipefail
+tok=$1 work=$2 budget=${3:-300} levels=${4:-1,32,64,128,256}
+out=${OUT:-$work/out}
+mkdir -p "$out"
+common=(--tokenizer "$tok" --workdir "$work" --trace --out "$out/serving_scale.jsonl")
+python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" \
+    --paths bare,omlx_http --label auto --budget-s "$budget"
+gzip -c "$work/trace-http.jsonl" > "$out/http-trace-auto.jsonl.gz" || true
+OMLX_ENGINE__PREFILL_BATCH_SIZE=8 OMLX_CACHE__PARTIAL_BLOCKS=true \
+    python3 benchmarks/serving_scale.py "${common[@]}" --levels 32,64,128 \
+    --paths omlx_http --label before --budget-s "$((budget / 2))"
+gzip -c "$work/trace-http.jsonl" > "$out/http-trace-before.jsonl.gz" || true
