@@ -182,6 +182,7 @@ def summary(rows, batch: int) -> dict:
         "wait_ms": round(med[2], 2),
         "step_ms": round(med[3], 2),
         "step_mean_ms": round(statistics.fmean(r[3] for r in rows) * 1000, 2),
+        "step_max_ms": round(max(r[3] for r in rows) * 1000, 2),
         "tok_s": round(batch / statistics.fmean(r[3] for r in rows), 1),
     }
 

@@ -1,17 +1,31 @@
 #!/usr/bin/env bash
 # serving_scale.py on the lent GPU, same-run before/after: this tree's defaults ("auto")
 # against the settings the tree had before (prefill 8 prompts at a time, sub-block prefix
-# reuse on), then copies the step traces to $OUT.
+# reuse on), then copies the step traces to $OUT. The bare generator runs first (it also
+# fills the machine's kernel caches); ORDER=before-first swaps the two HTTP runs.
 #   benchmarks/serving_scale_gpu.sh TOKENIZER_DIR WORKDIR [BUDGET_S] [LEVELS]
 set -euo pipefail
 tok=$1 work=$2 budget=${3:-300} levels=${4:-1,32,64,128,256}
 out=${OUT:-$work/out}
 mkdir -p "$out"
 common=(--tokenizer "$tok" --workdir "$work" --trace --out "$out/serving_scale.jsonl")
-python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" \
-    --paths bare,omlx_http --label auto --budget-s "$budget"
-gzip -c "$work/trace-http.jsonl" > "$out/http-trace-auto.jsonl.gz" || true
-OMLX_ENGINE__PREFILL_BATCH_SIZE=8 OMLX_CACHE__PARTIAL_BLOCKS=true \
-    python3 benchmarks/serving_scale.py "${common[@]}" --levels 32,64,128 \
-    --paths omlx_http --label before --budget-s "$((budget / 2))"
-gzip -c "$work/trace-http.jsonl" > "$out/http-trace-before.jsonl.gz" || true
+auto() {
+    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" \
+        --paths "$1" --label auto --budget-s "$budget"
+    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-auto.jsonl.gz" || true
+}
+before() {
+    OMLX_ENGINE__PREFILL_BATCH_SIZE=8 OMLX_CACHE__PARTIAL_BLOCKS=true \
+        python3 benchmarks/serving_scale.py "${common[@]}" --levels 32,64,128 \
+        --paths "$1" --label before --budget-s "$((budget / 2))"
+    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-before.jsonl.gz" || true
+}
+if [ "${ORDER:-auto-first}" = before-first ]; then
+    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
+        --label auto --budget-s "$budget"
+    before omlx_http
+    auto omlx_http
+else
+    auto bare,omlx_http
+    before omlx_http
+fi

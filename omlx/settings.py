@@ -14,8 +14,8 @@ import tomli_w
 
 KeepAliveMode = Literal["comment", "chunk", "off"]
 # engine.prefill_batch_size = 0 (auto): prompts prefilled together per device kind.
-CPU_PREFILL_ROWS = 8
-GPU_PREFILL_ROWS = 64
+DEFAULT_PREFILL_ROWS = 8  # mlx-lm's own default (CPU, Apple silicon)
+CUDA_PREFILL_ROWS = 64
 
 
 def _doc(text: str) -> msgspec.Meta:
@@ -68,9 +68,9 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
     prefill_batch_size: Annotated[
         int,
         _doc(
-            "Prompts prefilled together; 0 = auto (8 on the CPU, where prefill is "
-            "compute-bound; on a GPU up to max_running, at most 64: one wide forward pass "
-            "costs about what a narrow one does)"
+            "Prompts prefilled together; 0 = auto: 8 (mlx-lm's default) on the CPU and on "
+            "Apple silicon; on an NVIDIA GPU up to max_running, at most 64 (a wide forward "
+            "pass there costs little more than a narrow one)"
         ),
         msgspec.Meta(ge=0),
     ] = 0
@@ -119,11 +119,11 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
         _doc("Import dtype for the default model; auto = float32 on CPU, 4-bit kept on GPU"),
     ] = "auto"
 
-    def prefill_rows(self, gpu: bool) -> int:
+    def prefill_rows(self, cuda: bool) -> int:
         """prefill_batch_size with auto (0) resolved for the device."""
         if self.prefill_batch_size:
             return self.prefill_batch_size
-        return min(self.max_running, GPU_PREFILL_ROWS) if gpu else CPU_PREFILL_ROWS
+        return min(self.max_running, CUDA_PREFILL_ROWS) if cuda else DEFAULT_PREFILL_ROWS
 
 
 class ModelSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -164,9 +164,9 @@ class CacheSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
         bool | Literal["auto"],
         _doc(
             "Reuse shared tokens below one block too (prompts that diverge inside a block "
-            "or end before one fills); RAM only, full-attention models only. auto = on "
-            "the CPU only: on a GPU, recomputing under a block of tokens in a batched "
-            "prefill costs less than rebuilding them from RAM for each request"
+            "or end before one fills); RAM only, full-attention models only. auto = off on "
+            "an NVIDIA GPU only: there, recomputing under a block of tokens in a batched "
+            "prefill costs less than copying them back from RAM for each request"
         ),
     ] = "auto"
     hot_budget_bytes: Annotated[
@@ -177,9 +177,9 @@ class CacheSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
         int, _doc("Cold tier size cap; 0 = 10% of free disk at start-up"), msgspec.Meta(ge=0)
     ] = 0
 
-    def reuse_partial_blocks(self, gpu: bool) -> bool:
+    def reuse_partial_blocks(self, cuda: bool) -> bool:
         """partial_blocks with auto resolved for the device."""
-        return (not gpu) if self.partial_blocks == "auto" else bool(self.partial_blocks)
+        return (not cuda) if self.partial_blocks == "auto" else bool(self.partial_blocks)
 
 
 class DraftSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

@@ -27,7 +27,7 @@ from omlx.cache.index import (
     max_reusable_blocks,
 )
 from omlx.cache.miss_diagnosis import RecentPrompts, describe
-from omlx.platform.device import on_gpu
+from omlx.platform.device import on_cuda
 
 if TYPE_CHECKING:
     from omlx.cache.prefix_cache import PrefixCache
@@ -57,7 +57,7 @@ class ModelPrefixCache:
         window = self.layout.window_tokens if self.layout else 0
         # Token-level reuse below one block, where every layer holds every token's KV.
         granular = self.layout is not None and self.layout.token_granular
-        partial = parent.settings.reuse_partial_blocks(on_gpu())
+        partial = parent.settings.reuse_partial_blocks(cuda=on_cuda())
         self.children = ChildIndex() if granular and partial else None
         self.recent = RecentPrompts()  # filled only while DEBUG logging is on
         self.rule = ReuseRule(

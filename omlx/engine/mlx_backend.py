@@ -24,7 +24,7 @@ from omlx.engine.sampling import (
 )
 from omlx.mlx_lm_compat import StopSequences
 from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
-from omlx.platform.device import on_gpu
+from omlx.platform.device import on_cuda, on_gpu
 from omlx.settings import EngineSettings
 
 # See EngineBackend.gil_switch_interval_s; CPython's default is 5 ms.
@@ -42,7 +42,7 @@ class MLXBackend:
         return FusedJoinBatchGenerator(
             loaded.model,
             completion_batch_size=self.settings.max_running,
-            prefill_batch_size=self.settings.prefill_rows(on_gpu()),
+            prefill_batch_size=self.settings.prefill_rows(cuda=on_cuda()),
             prefill_step_size=self.settings.prefill_step_tokens,
             stream=mx.new_stream(mx.default_device()),
         )

@@ -10,4 +10,12 @@ def on_gpu() -> bool:
     return mx.default_device().type == mx.DeviceType.gpu
 
 
-__all__ = ["on_gpu"]
+def on_cuda() -> bool:
+    """True when MLX computes on an NVIDIA GPU: its own memory behind PCIe, and decode
+    steps bound by kernel launches rather than by the GPU (unlike Apple silicon)."""
+    import mlx.core as mx
+
+    return on_gpu() and not mx.metal.is_available()
+
+
+__all__ = ["on_cuda", "on_gpu"]

@@ -184,20 +184,20 @@ def test_device_defaults_resolve_per_device_kind():
     """auto values: what suits the CPU there, what suits a GPU there; set values win."""
     engine = load_settings().settings.engine
     assert engine.prefill_batch_size == 0  # auto by default
-    assert engine.prefill_rows(gpu=False) == 8
-    assert engine.prefill_rows(gpu=True) == min(engine.max_running, 64)
+    assert engine.prefill_rows(cuda=False) == 8
+    assert engine.prefill_rows(cuda=True) == min(engine.max_running, 64)
     few = msgspec.structs.replace(engine, max_running=16)
-    assert few.prefill_rows(gpu=True) == 16  # never more rows than run at once
+    assert few.prefill_rows(cuda=True) == 16  # never more rows than run at once
     fixed = msgspec.structs.replace(engine, prefill_batch_size=3)
-    assert (fixed.prefill_rows(gpu=False), fixed.prefill_rows(gpu=True)) == (3, 3)
+    assert (fixed.prefill_rows(cuda=False), fixed.prefill_rows(cuda=True)) == (3, 3)
 
     cache = load_settings().settings.cache
     assert cache.partial_blocks == "auto"
-    assert (cache.reuse_partial_blocks(gpu=False), cache.reuse_partial_blocks(gpu=True)) == (
+    assert (cache.reuse_partial_blocks(cuda=False), cache.reuse_partial_blocks(cuda=True)) == (
         True,
         False,
     )
     for value in (True, False):
         set_ = msgspec.structs.replace(cache, partial_blocks=value)
-        assert set_.reuse_partial_blocks(gpu=False) is value
-        assert set_.reuse_partial_blocks(gpu=True) is value
+        assert set_.reuse_partial_blocks(cuda=False) is value
+        assert set_.reuse_partial_blocks(cuda=True) is value

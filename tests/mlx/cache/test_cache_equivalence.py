@@ -122,8 +122,8 @@ def test_longer_partial_replaces_its_prefix_and_the_switch_turns_it_off(tmp_path
 
 
 def test_auto_partial_blocks_follow_the_device(tmp_path: Path, monkeypatch) -> None:
-    """partial_blocks = auto: on the CPU a sub-block tail is kept and reused; on a GPU it
-    is not (recomputing it in the batched prefill costs less than rebuilding it)."""
+    """partial_blocks = auto: on the CPU a sub-block tail is kept and reused; on an NVIDIA
+    GPU it is not (recomputing it in the batched prefill costs less than copying it back)."""
     model, cache, mc, kv, first = _one_stored(tmp_path, seed=12)  # auto, on the CPU
     assert cache.stats().hot.blocks == 1
     _check(mc, model, [*first, 3], expect_cached=len(first))
@@ -131,7 +131,7 @@ def test_auto_partial_blocks_follow_the_device(tmp_path: Path, monkeypatch) -> N
 
     import omlx.cache.model_cache as model_cache
 
-    monkeypatch.setattr(model_cache, "on_gpu", lambda: True)
+    monkeypatch.setattr(model_cache, "on_cuda", lambda: True)
     gpu = _short_cache(tmp_path / "gpu")
     mc = gpu.for_model("fp", model)
     mc.store(first, kv)
