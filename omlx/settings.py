@@ -169,6 +169,16 @@ class CacheSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
             "prefill costs less than copying them back from RAM for each request"
         ),
     ] = "auto"
+    store_while_busy: Annotated[
+        bool | Literal["auto"],
+        _doc(
+            "Store a finished sequence's KV as soon as it ends, even while other requests "
+            "decode (the copy to RAM runs on the engine thread). Off: stores wait until the "
+            "engine is idle, the newest first, and past 16 waiting the oldest are dropped "
+            "(a cancelled request's KV is always stored at once). auto = off on an NVIDIA "
+            "GPU only, where the copy out of GPU memory cost ~54 ms per 8B-shape sequence"
+        ),
+    ] = "auto"
     hot_budget_bytes: Annotated[
         int, _doc("RAM hot tier budget shared by all models"), msgspec.Meta(ge=0)
     ] = 2 * 1024**3
@@ -180,6 +190,10 @@ class CacheSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
     def reuse_partial_blocks(self, cuda: bool) -> bool:
         """partial_blocks with auto resolved for the device."""
         return (not cuda) if self.partial_blocks == "auto" else bool(self.partial_blocks)
+
+    def stores_while_busy(self, cuda: bool) -> bool:
+        """store_while_busy with auto resolved for the device."""
+        return (not cuda) if self.store_while_busy == "auto" else bool(self.store_while_busy)
 
 
 class DraftSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

@@ -57,8 +57,10 @@ class ModelPrefixCache:
         window = self.layout.window_tokens if self.layout else 0
         # Token-level reuse below one block, where every layer holds every token's KV.
         granular = self.layout is not None and self.layout.token_granular
-        partial = parent.settings.reuse_partial_blocks(cuda=on_cuda())
+        cuda = on_cuda()
+        partial = parent.settings.reuse_partial_blocks(cuda=cuda)
         self.children = ChildIndex() if granular and partial else None
+        self.defer_stores = not parent.settings.stores_while_busy(cuda=cuda)
         self.recent = RecentPrompts()  # filled only while DEBUG logging is on
         self.rule = ReuseRule(
             self.block_size,

@@ -51,6 +51,9 @@ from omlx.settings import EngineSettings
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.5  # how often an idle engine wakes to refresh memory stats
+# Finished sequences held back while others decode (cache.store_while_busy off); past
+# this many the oldest are dropped (each holds its whole KV in device memory).
+MAX_DEFERRED_STORES = 16
 MEMORY_EVERY_S = 1.0
 # The pacer plans for this fraction of engine.prefill_share, a margin under the promise
 # (streams keep at least 1 - prefill_share of their speed): step times are noisy on shared
@@ -82,6 +85,7 @@ class EngineLoop:
     _uids: UidMap = field(default_factory=UidMap)
     _outbox: Outbox = field(default_factory=Outbox)
     _finished: list[Finished] = field(default_factory=list)
+    stores_dropped: int = 0  # finished sequences never stored (deferred past the cap)
     _pacer: PrefillPacer | None = None
     _deadline: float | None = None  # set by Shutdown: cancel what still runs after it
     _memory_at: float = 0.0
@@ -201,6 +205,8 @@ class EngineLoop:
         return not self._live
 
     def _teardown(self) -> None:
+        while self._finished:  # deferred stores: kept for the next start (cold tier)
+            self._store(self._finished.pop())
         if self._trace is not None:
             self._trace.flush()
         if self._gen is not None:
@@ -213,6 +219,7 @@ class EngineLoop:
 
     def _drain_commands(self) -> None:
         idle = not self._live and not self._waiting and self._deadline is None
+        idle = idle and not self._finished  # deferred stores run one per tick meanwhile
         try:
             cmd = self.commands.get(timeout=IDLE_WAIT_S) if idle else self.commands.get_nowait()
         except queue.Empty:
@@ -532,12 +539,30 @@ class EngineLoop:
     # -- phase 5: store ----------------------------------------------------------------
 
     def _store_finished(self) -> None:
-        while self._finished:
-            fin = self._finished.pop()
-            try:
-                self._prefix.store(fin.tokens or [], fin.cache or [])
-            except Exception:
-                log.exception("prefix cache store failed for %s", fin.live.request_id)
+        if not getattr(self._prefix, "defer_stores", False):
+            while self._finished:
+                self._store(self._finished.pop())
+            return
+        # Deferred (cache.store_while_busy off): a store's copy out of device memory would
+        # stall every decoding stream, so it waits for an idle engine. A cancelled
+        # request's KV is stored at once: its retry usually arrives with the cancel.
+        for fin in [f for f in self._finished if f.reason == FinishReason.CANCELLED]:
+            self._finished.remove(fin)
+            self._store(fin)
+        if self._live or self._waiting:
+            excess = len(self._finished) - MAX_DEFERRED_STORES
+            if excess > 0:
+                del self._finished[:excess]  # oldest first
+                self.stores_dropped += excess
+            return
+        if self._finished:  # one per tick: a request arriving meanwhile waits for one only
+            self._store(self._finished.pop())
+
+    def _store(self, fin: Finished) -> None:
+        try:
+            self._prefix.store(fin.tokens or [], fin.cache or [])
+        except Exception:
+            log.exception("prefix cache store failed for %s", fin.live.request_id)
 
     def _refresh_memory(self) -> None:
         now = time.monotonic()

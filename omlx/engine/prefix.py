@@ -11,6 +11,10 @@ from typing import Any, Protocol
 
 
 class PrefixHooks(Protocol):
+    # True: the loop holds finished sequences back while others decode, storing them
+    # once it is idle (cache.store_while_busy).
+    defer_stores: bool
+
     def fetch(
         self, tokens: Sequence[int], extra_keys: Sequence[Any] = ()
     ) -> tuple[list[Any] | None, int]:
@@ -26,6 +30,8 @@ class PrefixHooks(Protocol):
 
 class NoPrefixHooks:
     """Caches nothing: every prompt is prefilled in full."""
+
+    defer_stores = False
 
     def fetch(
         self, tokens: Sequence[int], extra_keys: Sequence[Any] = ()

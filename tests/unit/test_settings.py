@@ -197,7 +197,15 @@ def test_device_defaults_resolve_per_device_kind():
         True,
         False,
     )
+    assert cache.store_while_busy == "auto"
+    assert (cache.stores_while_busy(cuda=False), cache.stores_while_busy(cuda=True)) == (
+        True,
+        False,
+    )
     for value in (True, False):
+        fixed_store = msgspec.structs.replace(cache, store_while_busy=value)
+        assert fixed_store.stores_while_busy(cuda=False) is value
+        assert fixed_store.stores_while_busy(cuda=True) is value
         set_ = msgspec.structs.replace(cache, partial_blocks=value)
         assert set_.reuse_partial_blocks(cuda=False) is value
         assert set_.reuse_partial_blocks(cuda=True) is value

@@ -121,11 +121,12 @@ def test_longer_partial_replaces_its_prefix_and_the_switch_turns_it_off(tmp_path
     off.close(spill=False)
 
 
-def test_auto_partial_blocks_follow_the_device(tmp_path: Path, monkeypatch) -> None:
+def test_auto_cache_settings_follow_the_device(tmp_path: Path, monkeypatch) -> None:
     """partial_blocks = auto: on the CPU a sub-block tail is kept and reused; on an NVIDIA
     GPU it is not (recomputing it in the batched prefill costs less than copying it back)."""
     model, cache, mc, kv, first = _one_stored(tmp_path, seed=12)  # auto, on the CPU
     assert cache.stats().hot.blocks == 1
+    assert mc.defer_stores is False  # and stores run at once (cache.store_while_busy)
     _check(mc, model, [*first, 3], expect_cached=len(first))
     cache.close(spill=False)
 
@@ -134,6 +135,7 @@ def test_auto_partial_blocks_follow_the_device(tmp_path: Path, monkeypatch) -> N
     monkeypatch.setattr(model_cache, "on_cuda", lambda: True)
     gpu = _short_cache(tmp_path / "gpu")
     mc = gpu.for_model("fp", model)
+    assert mc.defer_stores is True
     mc.store(first, kv)
     assert gpu.stats().hot.blocks == 0 and mc.fetch([*first, 3]) == (None, 0)
     gpu.close(spill=False)

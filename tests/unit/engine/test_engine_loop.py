@@ -106,6 +106,7 @@ class FakeGenerator:
         self.removed: list[int] = []
         self.closed = False
         self.fail_next = False
+        self.finish_cache = False  # finishing rows hand over a prompt cache (to be stored)
         self._stats = Stats()
 
     def insert_segments(self, segments: list[Any], **kwargs: Any) -> list[int]:
@@ -146,8 +147,15 @@ class FakeGenerator:
                 reason = "stop"
             if reason is not None:
                 del self.rows[uid]
+            cache = [f"kv{uid}"] if reason and self.finish_cache else None
             generated.append(
-                Response(uid, token, finish_reason=reason, all_tokens=[1, 2] if reason else None)
+                Response(
+                    uid,
+                    token,
+                    finish_reason=reason,
+                    all_tokens=[1, 2] if reason else None,
+                    prompt_cache=cache,
+                )
             )
         return prompt, generated
 
@@ -203,6 +211,8 @@ class FakeBackend:
 
 class RecordingPrefix:
     """A prefix cache that records what the loop stores (and never has a hit)."""
+
+    defer_stores = False
 
     def __init__(self) -> None:
         self.stored: list[tuple[list[int], Any]] = []
@@ -344,6 +354,75 @@ def test_cancel_of_a_running_request_frees_its_row_and_admits_the_next() -> None
         assert h.gen.removed == [0]
         assert kinds(h.events("b")) == ["Started"]  # admitted in the same tick
         # What the cancelled row had computed goes to the prefix cache, as a finish's does.
+        assert h.prefix.stored == [([1, 2, 3], ["kv"])]
+    finally:
+        h.close()
+
+
+def _stored(h: Harness) -> list[Any]:
+    return [cache for _, cache in h.prefix.stored]
+
+
+def test_finished_sequences_are_stored_at_once_by_default() -> None:
+    h = Harness(max_running=2)
+    try:
+        h.gen.finish_cache = True
+        h.submit("a", max_tokens=2)
+        h.submit("b", max_tokens=6)
+        h.tick(3)  # prefill, two tokens: a finishes while b decodes
+        assert _stored(h) == [["kv0"]]
+    finally:
+        h.close()
+
+
+def test_deferred_stores_wait_for_an_idle_engine_newest_first() -> None:
+    h = Harness(max_running=3)
+    try:
+        h.prefix.defer_stores = True
+        h.gen.finish_cache = True
+        h.submit("a", max_tokens=2)
+        h.submit("b", max_tokens=3)
+        h.submit("c", max_tokens=6)
+        h.tick(4)  # a and b have finished; c still decodes
+        assert kinds(h.events("a"))[-1] == "Done" and kinds(h.events("b"))[-1] == "Done"
+        assert _stored(h) == []  # nothing copied out while a stream decodes
+        h.tick(3)  # c finishes: the engine is idle now, one store per tick
+        assert kinds(h.events("c"))[-1] == "Done"
+        assert _stored(h) == [["kv2"]]
+        h.tick(2)
+        assert _stored(h) == [["kv2"], ["kv1"], ["kv0"]]
+        assert h.loop.stores_dropped == 0
+    finally:
+        h.close()
+
+
+def test_deferred_stores_past_the_cap_drop_the_oldest(monkeypatch) -> None:
+    import omlx.engine.loop as loop_module
+
+    monkeypatch.setattr(loop_module, "MAX_DEFERRED_STORES", 2)
+    h = Harness(max_running=4)
+    try:
+        h.prefix.defer_stores = True
+        h.gen.finish_cache = True
+        for rid, n in (("a", 2), ("b", 3), ("c", 4), ("d", 9)):
+            h.submit(rid, max_tokens=n)
+        h.tick(6)  # a, b, c finished while d decodes: a (the oldest) is dropped
+        assert h.loop.stores_dropped == 1 and _stored(h) == []
+        h.tick(8)
+        assert _stored(h) == [["kv3"], ["kv2"], ["kv1"]]
+    finally:
+        h.close()
+
+
+def test_a_cancelled_request_is_stored_at_once_even_when_stores_wait() -> None:
+    h = Harness(max_running=2)
+    try:
+        h.prefix.defer_stores = True
+        h.submit("a", max_tokens=50)
+        h.submit("b", max_tokens=50)
+        h.tick(2)
+        h.loop.commands.put(Cancel(RequestId("a")))
+        h.tick()  # b still decodes
         assert h.prefix.stored == [([1, 2, 3], ["kv"])]
     finally:
         h.close()
