@@ -174,7 +174,8 @@ class CacheSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
         _doc(
             "Store a finished sequence's KV as soon as it ends, even while other requests "
             "decode (the copy to RAM runs on the engine thread). Off: stores wait until the "
-            "engine is idle, the newest first, and past 16 waiting the oldest are dropped "
+            "engine is idle, the newest first; past 16 waiting (or 1 GiB of their KV) the "
+            "oldest are dropped "
             "(a cancelled request's KV is always stored at once). auto = off on an NVIDIA "
             "GPU only, where the copy out of GPU memory cost ~54 ms per 8B-shape sequence"
         ),

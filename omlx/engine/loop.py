@@ -52,8 +52,9 @@ log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.5  # how often an idle engine wakes to refresh memory stats
 # Finished sequences held back while others decode (cache.store_while_busy off); past
-# this many the oldest are dropped (each holds its whole KV in device memory).
+# this many, or this much KV (held in device memory meanwhile), the oldest are dropped.
 MAX_DEFERRED_STORES = 16
+MAX_DEFERRED_STORE_BYTES = 1 << 30
 MEMORY_EVERY_S = 1.0
 # The pacer plans for this fraction of engine.prefill_share, a margin under the promise
 # (streams keep at least 1 - prefill_share of their speed): step times are noisy on shared
@@ -550,10 +551,12 @@ class EngineLoop:
             self._finished.remove(fin)
             self._store(fin)
         if self._live or self._waiting:
-            excess = len(self._finished) - MAX_DEFERRED_STORES
-            if excess > 0:
-                del self._finished[:excess]  # oldest first
-                self.stores_dropped += excess
+            held = sum(_cache_bytes(f.cache) for f in self._finished)
+            while self._finished and (
+                len(self._finished) > MAX_DEFERRED_STORES or held > MAX_DEFERRED_STORE_BYTES
+            ):
+                held -= _cache_bytes(self._finished.pop(0).cache)  # oldest first
+                self.stores_dropped += 1
             return
         if self._finished:  # one per tick: a request arriving meanwhile waits for one only
             self._store(self._finished.pop())
@@ -575,6 +578,17 @@ class EngineLoop:
     def _tune_blas(self) -> None:
         if self._blas is not None:
             self._blas.tick(self.name, busy=bool(self._live))
+
+
+def _cache_bytes(cache: list[Any] | None) -> int:
+    """Bytes a finished sequence's per-layer caches hold (0 where a cache cannot say)."""
+    total = 0
+    for c in cache or ():
+        try:
+            total += int(c.nbytes)
+        except (AttributeError, NotImplementedError, TypeError):
+            continue
+    return total
 
 
 __all__ = ["EngineLoop"]

@@ -414,6 +414,38 @@ def test_deferred_stores_past_the_cap_drop_the_oldest(monkeypatch) -> None:
         h.close()
 
 
+class SizedCache:
+    """A layer cache that reports its size, as mlx-lm's caches do (nbytes)."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+
+
+def test_deferred_stores_past_the_byte_cap_drop_the_oldest(monkeypatch) -> None:
+    import omlx.engine.loop as loop_module
+
+    monkeypatch.setattr(loop_module, "MAX_DEFERRED_STORE_BYTES", 250)
+    h = Harness(max_running=4)
+    try:
+        h.prefix.defer_stores = True
+        h.gen.finish_cache = True
+        h.submit("a", max_tokens=2)
+        h.submit("b", max_tokens=3)
+        h.submit("c", max_tokens=4)
+        h.submit("d", max_tokens=9)
+        h.tick()  # prefill
+        for _ in range(5):
+            h.tick()  # a, b, c finish in turn while d decodes
+            for fin in h.loop._finished:
+                fin.cache = [SizedCache(60), SizedCache(40)]  # 100 bytes each
+        assert h.loop.stores_dropped == 1  # 300 > 250: the oldest (a) went
+        h.tick(8)
+        assert [cache[0].nbytes if cache else None for _, cache in h.prefix.stored[1:]] == [60, 60]
+        assert len(h.prefix.stored) == 3  # d (stored as it came), then c and b
+    finally:
+        h.close()
+
+
 def test_a_cancelled_request_is_stored_at_once_even_when_stores_wait() -> None:
     h = Harness(max_running=2)
     try:
