@@ -293,7 +293,7 @@ class EngineLoop:
     def _admit(self) -> None:
         # What a request cancelled in this tick computed is stored before anything is
         # admitted: a client's retry often arrives together with its cancel.
-        self._store_finished()
+        self._store_finished(idle_store=False)
         while self._waiting and len(self._live) < self.settings.max_running:
             sub = self._waiting.popleft()
             try:
@@ -539,7 +539,7 @@ class EngineLoop:
 
     # -- phase 5: store ----------------------------------------------------------------
 
-    def _store_finished(self) -> None:
+    def _store_finished(self, *, idle_store: bool = True) -> None:
         if not getattr(self._prefix, "defer_stores", False):
             while self._finished:
                 self._store(self._finished.pop())
@@ -555,10 +555,12 @@ class EngineLoop:
             while self._finished and (
                 len(self._finished) > MAX_DEFERRED_STORES or held > MAX_DEFERRED_STORE_BYTES
             ):
-                held -= _cache_bytes(self._finished.pop(0).cache)  # oldest first
+                dropped = self._finished.pop(0)  # oldest first
+                held -= _cache_bytes(dropped.cache)
                 self.stores_dropped += 1
+                log.debug("prefix cache: %s not stored (engine busy)", dropped.live.request_id)
             return
-        if self._finished:  # one per tick: a request arriving meanwhile waits for one only
+        if idle_store and self._finished:  # one per tick: an arrival waits for one at most
             self._store(self._finished.pop())
 
     def _store(self, fin: Finished) -> None:

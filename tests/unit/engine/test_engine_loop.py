@@ -389,7 +389,9 @@ def test_deferred_stores_wait_for_an_idle_engine_newest_first() -> None:
         h.tick(3)  # c finishes: the engine is idle now, one store per tick
         assert kinds(h.events("c"))[-1] == "Done"
         assert _stored(h) == [["kv2"]]
-        h.tick(2)
+        h.tick()
+        assert _stored(h) == [["kv2"], ["kv1"]]  # one per tick
+        h.tick()
         assert _stored(h) == [["kv2"], ["kv1"], ["kv0"]]
         assert h.loop.stores_dropped == 0
     finally:
