@@ -445,7 +445,7 @@ def _profiled(run: Run, path: str, n: int, pid: int | None):
         yield
         return
     out = run.work / f"pyspy-{run.label or 'run'}-{n}.txt"
-    cmd = [run.py_spy, "record", "-p", str(pid), "-o", str(out), "-f", "raw", "-r", "100",
+    cmd = [run.py_spy, "record", "-p", str(pid), "-o", str(out), "-f", "raw", "-r", "250",
            "--threads", "--nonblocking"]  # fmt: skip
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
@@ -502,7 +502,8 @@ def main() -> None:
     args = ap.parse_args()
     t_start = time.monotonic()
     if args.smoke:
-        args.shape, args.dtype, args.tokens = "tiny", "float32", 16
+        args.shape, args.dtype = "tiny", "float32"
+        args.tokens = 16 if args.tokens == 128 else args.tokens  # --tokens still wins
         if args.levels == "1,8,32,64,128,256":
             args.levels = "1,8"
     if args.tokenizer is None:
