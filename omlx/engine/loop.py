@@ -540,7 +540,7 @@ class EngineLoop:
     # -- phase 5: store ----------------------------------------------------------------
 
     def _store_finished(self, *, idle_store: bool = True) -> None:
-        if not getattr(self._prefix, "defer_stores", False):
+        if not self._prefix.defer_stores:
             while self._finished:
                 self._store(self._finished.pop())
             return
