@@ -190,11 +190,16 @@ class CacheSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
 
     def reuse_partial_blocks(self, cuda: bool) -> bool:
         """partial_blocks with auto resolved for the device."""
-        return (not cuda) if self.partial_blocks == "auto" else bool(self.partial_blocks)
+        return _off_on_cuda(self.partial_blocks, cuda)
 
     def stores_while_busy(self, cuda: bool) -> bool:
         """store_while_busy with auto resolved for the device."""
-        return (not cuda) if self.store_while_busy == "auto" else bool(self.store_while_busy)
+        return _off_on_cuda(self.store_while_busy, cuda)
+
+
+def _off_on_cuda(value: bool | Literal["auto"], cuda: bool) -> bool:
+    """A switch whose auto value means on, except on an NVIDIA GPU."""
+    return not cuda if value == "auto" else bool(value)
 
 
 class DraftSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

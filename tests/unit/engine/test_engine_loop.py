@@ -375,14 +375,23 @@ def test_finished_sequences_are_stored_at_once_by_default() -> None:
         h.close()
 
 
-def test_deferred_stores_wait_for_an_idle_engine_newest_first() -> None:
-    h = Harness(max_running=3)
+@contextlib.contextmanager
+def deferring(**max_tokens: int) -> Iterator[Harness]:
+    """A harness whose prefix cache defers stores, one request per keyword (its
+    max_tokens), every finishing row handing over a cache to store."""
+    h = Harness(max_running=len(max_tokens))
     try:
         h.prefix.defer_stores = True
         h.gen.finish_cache = True
-        h.submit("a", max_tokens=2)
-        h.submit("b", max_tokens=3)
-        h.submit("c", max_tokens=6)
+        for rid, n in max_tokens.items():
+            h.submit(rid, max_tokens=n)
+        yield h
+    finally:
+        h.close()
+
+
+def test_deferred_stores_wait_for_an_idle_engine_newest_first() -> None:
+    with deferring(a=2, b=3, c=6) as h:
         h.tick(4)  # a and b have finished; c still decodes
         assert kinds(h.events("a"))[-1] == "Done" and kinds(h.events("b"))[-1] == "Done"
         assert _stored(h) == []  # nothing copied out while a stream decodes
@@ -394,26 +403,17 @@ def test_deferred_stores_wait_for_an_idle_engine_newest_first() -> None:
         h.tick()
         assert _stored(h) == [["kv2"], ["kv1"], ["kv0"]]
         assert h.loop.stores_dropped == 0
-    finally:
-        h.close()
 
 
 def test_deferred_stores_past_the_cap_drop_the_oldest(monkeypatch) -> None:
     import omlx.engine.loop as loop_module
 
     monkeypatch.setattr(loop_module, "MAX_DEFERRED_STORES", 2)
-    h = Harness(max_running=4)
-    try:
-        h.prefix.defer_stores = True
-        h.gen.finish_cache = True
-        for rid, n in (("a", 2), ("b", 3), ("c", 4), ("d", 9)):
-            h.submit(rid, max_tokens=n)
+    with deferring(a=2, b=3, c=4, d=9) as h:
         h.tick(6)  # a, b, c finished while d decodes: a (the oldest) is dropped
         assert h.loop.stores_dropped == 1 and _stored(h) == []
         h.tick(8)
         assert _stored(h) == [["kv3"], ["kv2"], ["kv1"]]
-    finally:
-        h.close()
 
 
 class SizedCache:
@@ -427,39 +427,24 @@ def test_deferred_stores_past_the_byte_cap_drop_the_oldest(monkeypatch) -> None:
     import omlx.engine.loop as loop_module
 
     monkeypatch.setattr(loop_module, "MAX_DEFERRED_STORE_BYTES", 250)
-    h = Harness(max_running=4)
-    try:
-        h.prefix.defer_stores = True
-        h.gen.finish_cache = True
-        h.submit("a", max_tokens=2)
-        h.submit("b", max_tokens=3)
-        h.submit("c", max_tokens=4)
-        h.submit("d", max_tokens=9)
+    with deferring(a=2, b=3, c=4, d=9) as h:
         h.tick()  # prefill
         for _ in range(5):
             h.tick()  # a, b, c finish in turn while d decodes
             for fin in h.loop._finished:
                 fin.cache = [SizedCache(60), SizedCache(40)]  # 100 bytes each
         assert h.loop.stores_dropped == 1  # 300 > 250: the oldest (a) went
-        h.tick(8)
-        assert [cache[0].nbytes if cache else None for _, cache in h.prefix.stored[1:]] == [60, 60]
-        assert len(h.prefix.stored) == 3  # d (stored as it came), then c and b
-    finally:
-        h.close()
+        h.tick(8)  # d finishes; then d, c, b are stored, newest first
+        stored = _stored(h)
+        assert stored[0] == ["kv3"] and [c[0].nbytes for c in stored[1:]] == [60, 60]
 
 
 def test_a_cancelled_request_is_stored_at_once_even_when_stores_wait() -> None:
-    h = Harness(max_running=2)
-    try:
-        h.prefix.defer_stores = True
-        h.submit("a", max_tokens=50)
-        h.submit("b", max_tokens=50)
+    with deferring(a=50, b=50) as h:
         h.tick(2)
         h.loop.commands.put(Cancel(RequestId("a")))
         h.tick()  # b still decodes
         assert h.prefix.stored == [([1, 2, 3], ["kv"])]
-    finally:
-        h.close()
 
 
 def test_a_retry_arriving_with_the_cancel_looks_up_what_the_cancel_stored() -> None:
