@@ -245,8 +245,28 @@ def _mask_unless_one_query(
     return make_mask(n, return_array=return_array, window_size=window_size)
 
 
+# How many positions a KV cache grows by on CUDA (mlx-lm grows by 256). MLX 0.32 sends a
+# maskless one-row decode to cuDNN's attention once the cache holds 256 tokens, but only
+# when the cache's capacity is a multiple of 256 (mlx-lm's step); cuDNN then builds a
+# graph per (batch, capacity) on first use (0.6-0.8 s stalls seen over HTTP) and decodes
+# slower than MLX's own vector kernel on the H200 (9.6 vs 7.0 ms a step, Qwen3-8B shape;
+# benchmarks/decode_step_anatomy.py). Growing by 264 keeps capacities off multiples of 256
+# (the first is 32 growths away), so decode stays on the vector kernel; prefill, many
+# tokens per query, still takes cuDNN.
+CUDA_KV_STEP = 264
+
+
 class PrimingPromptBatch(PromptProcessingBatch):
     """A prompt batch that hands its finished sequences over primed, not pre-stepped."""
+
+    kv_step: int | None = None  # None: mlx-lm's own (CudaPrimingPromptBatch sets it)
+
+    def prompt(self, tokens: list[list[int]]) -> None:
+        if self.kv_step:
+            for c in self.prompt_cache:
+                if isinstance(c, BatchKVCache):
+                    c.step = self.kv_step  # the caches then carry it into decode
+        super().prompt(tokens)
 
     def generate(self, tokens: list[list[int]]) -> PrimedGenerationBatch:
         if any(len(t) > 1 for t in tokens):
@@ -269,13 +289,19 @@ class PrimingPromptBatch(PromptProcessingBatch):
         return batch
 
 
+class CudaPrimingPromptBatch(PrimingPromptBatch):
+    kv_step = CUDA_KV_STEP
+
+
 class FusedJoinBatchGenerator(BatchGenerator):
     """BatchGenerator with primed joins (see the module docstring); same interface."""
 
     def __init__(self, model: Any, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
-        # split() and extend() keep the class of the batch they start from.
-        self._prompt_batch = PrimingPromptBatch.empty(
+        # split() and extend() keep the class of the batch they start from (and so its
+        # kv_step: _copy makes the new batch through __new__, instance attributes are lost).
+        prompt_batch = CudaPrimingPromptBatch if mx.cuda.is_available() else PrimingPromptBatch
+        self._prompt_batch = prompt_batch.empty(
             self.model, self.sampler, prefill_step_size=self.prefill_step_size
         )
         self._generation_batch = PrimedGenerationBatch.empty(self.model, self.sampler)

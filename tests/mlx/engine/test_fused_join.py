@@ -64,7 +64,7 @@ def run(generator_class, model, arrivals, stop_of=None):
             if r.finish_reason is not None:
                 reasons[i] = (r.finish_reason, list(r.all_tokens))
         step += 1
-        assert step < 200, "generation did not finish"
+        assert step < 400, "generation did not finish"
     gen.close()
     return out, reasons, counting.calls
 
@@ -140,6 +140,28 @@ def test_a_lone_row_decodes_unmasked_with_mlx_lm_s_tokens(model, monkeypatch):
     got, got_reasons, _ = run(FusedJoinBatchGenerator, model, arrivals)
     assert got == ref and got_reasons == ref_reasons
     assert any(unmasked)  # the lone-row path ran
+
+
+def test_on_cuda_caches_grow_off_multiples_of_256_with_the_same_tokens(model, monkeypatch):
+    # MLX sends a maskless one-row decode to cuDNN when the cache's capacity is a multiple
+    # of 256 (slower there, and a graph build per capacity); on CUDA caches grow by 264.
+    from omlx.mlx_lm_compat import batch_join as fused_join
+
+    arrivals = [(0, [5, 9, 14, 3, 7, 2], 300, None, None)]
+    ref, ref_reasons, _ = run(BatchGenerator, model, arrivals)
+    monkeypatch.setattr(mx.cuda, "is_available", lambda: True)
+    capacities = set()
+    real_step = fused_join.PrimedGenerationBatch._decode_step
+
+    def spy(self):
+        capacities.add(self.prompt_cache[0].keys.shape[2])
+        return real_step(self)
+
+    monkeypatch.setattr(fused_join.PrimedGenerationBatch, "_decode_step", spy)
+    got, got_reasons, _ = run(FusedJoinBatchGenerator, model, arrivals)
+    assert got == ref and got_reasons == ref_reasons
+    assert capacities == {fused_join.CUDA_KV_STEP, 2 * fused_join.CUDA_KV_STEP}
+    assert all(c % 256 for c in capacities)
 
 
 class CountingBias:
