@@ -8,6 +8,7 @@
 # replies (`--data-only`, at most DATA_MAX_S seconds, default 180; replies not written
 # by then are left for a later run), and training gets whatever the deadline leaves (at
 # most TRAIN_MAX_S, default 300 s), so the script ends inside DEADLINE_S (default 560).
+# DTYPE (default bfloat16) is the dtype the target is imported in.
 # SAMPLED (default 1) is the number of sampled replies per prompt besides the greedy one;
 # a run with more finds the finished data of fewer in DRAFT_DIR/data and adds only the
 # missing passes, so data can grow across device sessions (carry the data file along).
@@ -24,7 +25,7 @@ omlx() { python3 -m omlx.cli.main "$@"; }
 
 if [[ ! -f $OMLX_HOME/models/SmolLM2-135M-Instruct/config.json ]]; then
     first=$(ls "$parts"/*.gguf* | sort | head -1)
-    omlx pull "$first" --dtype bfloat16 --name SmolLM2-135M-Instruct >/dev/null
+    omlx pull "$first" --dtype "${DTYPE:-bfloat16}" --name SmolLM2-135M-Instruct >/dev/null
 fi
 echo "import done after $(( $(date +%s) - start )) s"
 

@@ -11,7 +11,8 @@ generates --tokens tokens; one request per stream. Four paths, one after the oth
 copy of the weights in memory at a time):
 
 - bare: mlx-lm's BatchGenerator on this thread, every prompt inserted at once, no stop
-  tokens (what the generator can do; omlx must approach it);
+  tokens (what the generator can do; omlx must approach it); at one stream also
+  `bare_loop`, mlx-lm's plain generate_step (no batch, no mask);
 - engine: omlx's LocalModelPool.generate in process (no HTTP), EOS banned by logit_bias;
 - omlx_http: `omlx serve` streamed over loopback, EOS banned by logit_bias;
 - mlx_lm_http: `mlx_lm.server` likewise (`--decode-concurrency`, `--prompt-concurrency`).
@@ -128,6 +129,24 @@ def bare_level(model, tok, n: int, words: int, max_tokens: int, salt: int) -> di
     out = summarise(list(streams.values()), wall, max_tokens)
     out["prompt_tokens"] = round(sum(map(len, prompts)) / n)
     out["steps"] = steps
+    return out
+
+
+def bare_loop_level(model, tok, words: int, max_tokens: int, salt: int) -> dict:
+    """One stream through mlx-lm's plain generate_step: the batch-1 bare loop."""
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": prompt_text(0, words, salt)}], add_generation_prompt=True
+    )
+    start = time.perf_counter()
+    stream = Stream(start)
+    for _ in generate_step(mx.array(prompt), model, max_tokens=max_tokens):
+        stream.token_times_s.append(time.perf_counter())
+        stream.num_tokens += 1
+    out = summarise([stream], time.perf_counter() - start, max_tokens)
+    out["prompt_tokens"] = len(prompt)
     return out
 
 
@@ -364,6 +383,9 @@ def run_bare(run: Run) -> None:
             break
         result = bare_level(model, tok, n, run.words, run.tokens, salt=10 + i)
         run.emit({"path": "bare", "streams": n, **result})
+        if n == 1:  # one stream also through the plain loop (no batch, no mask)
+            result = bare_loop_level(model, tok, run.words, run.tokens, salt=10 + i)
+            run.emit({"path": "bare_loop", "streams": 1, **result})
     del model, tok
     gc.collect()
     mx.clear_cache()

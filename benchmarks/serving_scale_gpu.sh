@@ -2,7 +2,8 @@
 # serving_scale.py on the lent GPU, same-run before/after: this tree's defaults ("auto")
 # against the settings the tree had before (prefill 8 prompts at a time, sub-block prefix
 # reuse on), then copies the step traces to $OUT. The bare generator runs first (it also
-# fills the machine's kernel caches); ORDER=before-first swaps the two HTTP runs.
+# fills the machine's kernel caches); ORDER=before-first swaps the two HTTP runs, and
+# ORDER=auto-only leaves the "before" run out.
 #   benchmarks/serving_scale_gpu.sh TOKENIZER_DIR WORKDIR [BUDGET_S] [LEVELS]
 set -euo pipefail
 tok=$1 work=$2 budget=${3:-300} levels=${4:-1,32,64,128,256}
@@ -27,5 +28,5 @@ if [ "${ORDER:-auto-first}" = before-first ]; then
     auto omlx_http
 else
     auto bare,omlx_http
-    before omlx_http
+    [ "${ORDER:-}" = auto-only ] || before omlx_http
 fi

@@ -1,7 +1,7 @@
 """Self-distillation data: the target writes the replies its draft learns to predict.
 
-Every prompt is chat-formatted and answered by the target itself through mlx-lm's
-BatchGenerator: once greedily (what greedy DFlash must match token for token) and,
+Every prompt is chat-formatted and answered by the target itself through the engine's
+batch generator: once greedily (what greedy DFlash must match token for token) and,
 optionally, a few more times sampled at a temperature (more varied contexts). The
 result, prompt ids plus reply ids (EOS included, so the draft learns where replies
 end), is cached as JSON lines under a name that fingerprints the target, the prompts
@@ -25,7 +25,8 @@ import mlx.nn as nn
 
 from omlx.draft.sampling import sample_with_temperature
 from omlx.draft.train.prompts import PromptRecord, encode
-from omlx.mlx_lm_compat import BatchGenerator
+from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
+from omlx.platform.device import on_cuda
 
 Progress = Callable[[int, int], None]  # (done, total)
 
@@ -101,19 +102,28 @@ def generate_replies(
     def sampler(logprobs: mx.array) -> mx.array:
         return sample_with_temperature(logprobs, temperature)
 
-    gen = BatchGenerator(
+    # The serving engine's generator: a finished reply's slot is refilled without a
+    # forward pass of its own. On CUDA, where a step is bound by the host, new prompts
+    # are prefilled 64 at a time (as the engine does); a CPU is bound by compute, and
+    # bigger prefill batches only pad more.
+    gen = FusedJoinBatchGenerator(
         model,
         max_tokens=settings.max_new_tokens,
         stop_tokens=[[t] for t in eos_token_ids],
         sampler=sampler,
         completion_batch_size=settings.batch_size,
-        prefill_batch_size=min(settings.batch_size, 16),
+        prefill_batch_size=min(settings.batch_size, 64 if on_cuda() else 16),
     )
     try:
         uids = gen.insert([list(p) for p in prompts])
         replies: dict[int, list[int]] = {uid: [] for uid in uids}
-        done = 0
-        while responses := gen.next_generated():
+        done = idle = 0
+        while done < len(uids):
+            # A step where only primed rows join reports no token (see batch_join).
+            responses = gen.next_generated()
+            idle = 0 if responses else idle + 1
+            if idle > 2:
+                raise RuntimeError("the batch generator stopped before every reply ended")
             for r in responses:
                 replies[r.uid].append(int(r.token))
                 if r.finish_reason is not None:
