@@ -122,7 +122,7 @@ def generate_replies(
             # A step where only primed rows join reports no token (see batch_join).
             responses = gen.next_generated()
             idle = 0 if responses else idle + 1
-            if idle > 2:
+            if idle > 100:  # a join step yields nothing; this many means nothing runs
                 raise RuntimeError("the batch generator stopped before every reply ended")
             for r in responses:
                 replies[r.uid].append(int(r.token))
