@@ -250,9 +250,11 @@ def _mask_unless_one_query(
 # when the cache's capacity is a multiple of 256 (mlx-lm's step); cuDNN then builds a
 # graph per (batch, capacity) on first use (0.6-0.8 s stalls seen over HTTP) and decodes
 # slower than MLX's own vector kernel on the H200 (9.6 vs 7.0 ms a step, Qwen3-8B shape;
-# benchmarks/decode_step_anatomy.py). Growing by 264 keeps capacities off multiples of 256
-# (the first is 32 growths away), so decode stays on the vector kernel; prefill, many
-# tokens per query, still takes cuDNN.
+# benchmarks/decode_step_anatomy.py). Growing by 264 keeps the capacity of a cache that
+# starts empty off multiples of 256 for 32 growths (8,448 positions), so decode stays on
+# the vector kernel; one restored from the prefix cache starts at its length and may land
+# on one now and then (cuDNN then decodes it, as before). Prefill, many tokens per query,
+# still takes cuDNN.
 CUDA_KV_STEP = 264
 
 
@@ -262,13 +264,17 @@ class PrimingPromptBatch(PromptProcessingBatch):
     kv_step: int | None = None  # None: mlx-lm's own (CudaPrimingPromptBatch sets it)
 
     def prompt(self, tokens: list[list[int]]) -> None:
+        self._set_kv_step()
+        super().prompt(tokens)
+
+    def _set_kv_step(self) -> None:
         if self.kv_step:
             for c in self.prompt_cache:
                 if isinstance(c, BatchKVCache):
                     c.step = self.kv_step  # the caches then carry it into decode
-        super().prompt(tokens)
 
     def generate(self, tokens: list[list[int]]) -> PrimedGenerationBatch:
+        self._set_kv_step()  # one-token prompts skip prompt()
         if any(len(t) > 1 for t in tokens):
             self.prompt([t[:-1] for t in tokens])
         batch = PrimedGenerationBatch(
