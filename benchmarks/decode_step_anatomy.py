@@ -26,6 +26,13 @@ For the loops each step is split into build (Python builds the graph), dispatch
 (async_eval hands it to the device) and wait (reading the previous step's tokens: the
 host had nothing left to do but wait for the device). A step whose wait is near zero is
 host-bound. One JSON line per path and batch size (--out appends).
+
+--kernels (CUDA, with PyTorch importable, as on the lent GPU) records the device's own
+kernel activity over the timed steps through PyTorch's profiler (CUPTI sees every kernel
+in the process, MLX's included) and adds per step: the kernels launched, the sum of
+their durations and the time at least one ran (gpu_busy_ms). A step whose gpu_busy_ms is
+near its step_ms is bound by the device; one far below it, by the host (a wait inside
+async_eval would otherwise pass for host work).
 """
 
 from __future__ import annotations
@@ -88,6 +95,54 @@ def static_step(model, num_layers: int):
     return step
 
 
+class KernelClock:
+    """The device's kernel activity between start() and stop(), via PyTorch's profiler."""
+
+    def __init__(self, enabled: bool) -> None:
+        self._prof = None
+        self.kernels: list[tuple[str, float, float]] = []  # (name, start_us, end_us)
+        if not enabled:
+            return
+        try:
+            import torch
+            from torch.profiler import ProfilerActivity, profile
+        except ImportError:
+            print("--kernels: PyTorch is not importable; no kernel times", file=sys.stderr)
+            return
+        if torch.cuda.is_available():
+            self._prof = profile(activities=[ProfilerActivity.CUDA])
+
+    def start(self) -> None:
+        if self._prof is not None:
+            self._prof.__enter__()
+
+    def stop(self) -> None:
+        if self._prof is None:
+            return
+        self._prof.__exit__(None, None, None)
+        for e in self._prof.events():
+            if e.device_type.name == "CUDA":
+                self.kernels.append((e.name, e.time_range.start, e.time_range.end))
+
+    def summary(self, steps: int) -> dict:
+        if not self.kernels:
+            return {}
+        busy, end = 0.0, float("-inf")
+        for _, a, b in sorted(self.kernels, key=lambda k: k[1]):
+            busy += max(0.0, b - max(a, end))
+            end = max(end, b)
+        by_name: dict[str, float] = {}
+        for name, a, b in self.kernels:
+            by_name[name] = by_name.get(name, 0.0) + b - a
+        top = sorted(by_name.items(), key=lambda kv: -kv[1])[:6]
+        return {
+            "kernels_per_step": round(len(self.kernels) / steps, 1),
+            "gpu_sum_ms": round(sum(b - a for _, a, b in self.kernels) / steps / 1000, 3),
+            "gpu_busy_ms": round(busy / steps / 1000, 3),
+            "top_kernels_ms": {n[:80]: round(t / steps / 1000, 3) for n, t in top},
+        }
+
+
 def prefill(model, prompts):
     import mlx.core as mx
     from mlx_lm.models.cache import BatchKVCache
@@ -98,7 +153,7 @@ def prefill(model, prompts):
     return tokens, cache
 
 
-def loop_path(model, prompts, steps, warm, kind):
+def loop_path(model, prompts, steps, warm, kind, clock):
     """Per-step (build, dispatch, wait, total) seconds of a pipelined greedy loop."""
     import mlx.core as mx
 
@@ -118,6 +173,8 @@ def loop_path(model, prompts, steps, warm, kind):
             fn = mx.compile(fn)
     rows = []
     for i in range(steps + warm):
+        if i == warm:
+            clock.start()
         t0 = time.perf_counter()
         if kind == "loop":
             nxt = mx.argmax(model(y[:, None], cache=cache)[:, -1, :], axis=-1)
@@ -134,10 +191,11 @@ def loop_path(model, prompts, steps, warm, kind):
         y = nxt
         if i >= warm:
             rows.append((t1 - t0, t2 - t1, t3 - t2, t3 - t0))
+    clock.stop()
     return rows
 
 
-def generator_path(model, prompts, steps, warm, kind):
+def generator_path(model, prompts, steps, warm, kind, clock):
     import mlx.core as mx
 
     from omlx.engine.api import SamplingParams
@@ -165,10 +223,13 @@ def generator_path(model, prompts, steps, warm, kind):
             pass
         rows = []
         for i in range(steps + warm):
+            if i == warm:
+                clock.start()
             t0 = time.perf_counter()
             gen.next()
             if i >= warm:
                 rows.append((0.0, 0.0, 0.0, time.perf_counter() - t0))
+        clock.stop()
         return rows
     finally:
         gen.close()
@@ -198,6 +259,7 @@ def main() -> None:
     ap.add_argument("--paths", default=",".join(PATHS))
     ap.add_argument("--out", default="")
     ap.add_argument("--smoke", action="store_true", help="tiny shape, small batches")
+    ap.add_argument("--kernels", action="store_true", help="device kernel time (CUDA)")
     args = ap.parse_args()
     if args.smoke:
         args.shape, args.dtype, args.batches = "tiny", "float32", "1,4"
@@ -213,10 +275,11 @@ def main() -> None:
         mx.random.seed(batch)
         prompts = mx.random.randint(0, vocab, (batch, args.prompt)).tolist()
         for path in paths:
+            clock = KernelClock(args.kernels)
             if path in ("generator",) or path.startswith("fused"):
-                rows = generator_path(model, prompts, args.steps, args.warm, path)
+                rows = generator_path(model, prompts, args.steps, args.warm, path, clock)
             else:
-                rows = loop_path(model, prompts, args.steps, args.warm, path)
+                rows = loop_path(model, prompts, args.steps, args.warm, path, clock)
             line = {
                 "bench": "decode_step_anatomy",
                 "date": time.strftime("%Y-%m-%d %H:%M"),
@@ -229,6 +292,7 @@ def main() -> None:
                 "prompt": args.prompt,
                 "steps": args.steps,
                 **summary(rows, batch),
+                **clock.summary(args.steps),
             }
             print(json.dumps(line), flush=True)
             if args.out:
