@@ -103,9 +103,9 @@ def generate_replies(
         return sample_with_temperature(logprobs, temperature)
 
     # The serving engine's generator: a finished reply's slot is refilled without a
-    # forward pass of its own. On CUDA, where a step is bound by the host, new prompts
-    # are prefilled 64 at a time (as the engine does); a CPU is bound by compute, and
-    # bigger prefill batches only pad more.
+    # forward pass of its own. On CUDA, where a wide prefill costs about what a narrow one
+    # does, new prompts are prefilled 64 at a time (as the engine does); a CPU is bound by
+    # compute, and bigger prefill batches only pad more.
     gen = FusedJoinBatchGenerator(
         model,
         max_tokens=settings.max_new_tokens,
