@@ -14,6 +14,7 @@ sees it; the timed pass overlaps draft and verify as serving does.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import platform
 import subprocess
@@ -84,6 +85,11 @@ def main() -> None:
     ap.add_argument("--block-sizes", default="16")
     ap.add_argument("--categories", default=",".join(CATEGORIES))
     ap.add_argument("--sampled-drafts", action="store_true", help="T > 0: also sampled drafts")
+    ap.add_argument(
+        "--loops",
+        default="pipelined",
+        help="greedy DFlash loops to time, one row set each: pipelined,sequential",
+    )
     ap.add_argument("--out", default=None, help="append JSON lines here")
     args = ap.parse_args()
     from omlx.platform.blas import reexec_with_blas
@@ -132,44 +138,54 @@ def main() -> None:
 
     for temperature in (float(t) for t in args.temperatures.split(",")):
         modes = [True] if temperature == 0 or not args.sampled_drafts else [True, False]
-        for block in (int(b) for b in args.block_sizes.split(",")):
-            for by_argmax in modes:
-                params = DFlashParams(
-                    max_tokens=args.max_tokens,
-                    temperature=temperature,
-                    draft_by_argmax=by_argmax,
-                    eos_token_ids=eos,
+        loops = args.loops.split(",") if temperature == 0 else ["sequential"]
+        for block, loop, by_argmax in itertools.product(
+            (int(b) for b in args.block_sizes.split(",")), loops, modes
+        ):
+            params = DFlashParams(
+                max_tokens=args.max_tokens,
+                temperature=temperature,
+                draft_by_argmax=by_argmax,
+                eos_token_ids=eos,
+            )
+            reports, profiles = [], []
+            for c in categories:
+                report = compare(
+                    model,
+                    draft,
+                    prompts[c],
+                    params,
+                    draft_block_size=block,
+                    pipelined=loop == "pipelined",
                 )
-                reports, profiles = [], []
-                for c in categories:
-                    report = compare(model, draft, prompts[c], params, draft_block_size=block)
-                    profile = None
-                    if args.profile_prompts:
-                        profile = compare(
-                            model,
-                            draft,
-                            prompts[c][: args.profile_prompts],
-                            params,
-                            draft_block_size=block,
-                            sync_phases=True,
+                profile = None
+                if args.profile_prompts:
+                    profile = compare(
+                        model,
+                        draft,
+                        prompts[c][: args.profile_prompts],
+                        params,
+                        draft_block_size=block,
+                        sync_phases=True,
+                    )
+                    profiles.append(profile)
+                reports.append(report)
+                drafting = "argmax" if by_argmax or temperature == 0 else "sampled"
+                rows = [_row(report, profile, category=c, drafting=drafting, loop=loop, **meta)]
+                if c == categories[-1]:
+                    merged_profile = _merge(profiles) if profiles else None
+                    rows.append(
+                        _row(
+                            _merge(reports),
+                            merged_profile,
+                            category="all",
+                            drafting=drafting,
+                            loop=loop,
+                            **meta,
                         )
-                        profiles.append(profile)
-                    reports.append(report)
-                    drafting = "argmax" if by_argmax or temperature == 0 else "sampled"
-                    rows = [_row(report, profile, category=c, drafting=drafting, **meta)]
-                    if c == categories[-1]:
-                        merged_profile = _merge(profiles) if profiles else None
-                        rows.append(
-                            _row(
-                                _merge(reports),
-                                merged_profile,
-                                category="all",
-                                drafting=drafting,
-                                **meta,
-                            )
-                        )
-                    for row in rows:
-                        emit(row)
+                    )
+                for row in rows:
+                    emit(row)
 
 
 if __name__ == "__main__":

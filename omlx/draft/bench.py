@@ -119,13 +119,19 @@ def compare(
     draft_block_size: int | None = None,
     seed: int = 0,
     sync_phases: bool = False,
+    pipelined: bool = True,
 ) -> BenchReport:
     """Generate every prompt plainly and with DFlash; a warm-up pass runs first.
 
     `sync_phases` waits for the device after each phase, for a time split that is the
-    device's (slower: draft and verify no longer overlap)."""
+    device's (slower: draft and verify no longer overlap); `pipelined=False` keeps
+    greedy cycles sequential (the loop before drafting from unread verifies)."""
     generator = DFlashGenerator.from_models(
-        model, draft, draft_block_size=draft_block_size, sync_phases=sync_phases
+        model,
+        draft,
+        draft_block_size=draft_block_size,
+        sync_phases=sync_phases,
+        pipelined=pipelined,
     )
     report = BenchReport(params.temperature, generator.drafter.draft_block_size)
     warm = DFlashParams(max_tokens=4, temperature=params.temperature)

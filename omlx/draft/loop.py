@@ -46,6 +46,29 @@ class Drafter(Protocol):
         ...
 
 
+class PipelinedDrafter(Drafter, Protocol):
+    """A drafter that can draft from a verify block the host has not read yet."""
+
+    @property
+    def can_pipeline(self) -> bool: ...
+
+    def propose_pipelined(
+        self, known: int, chunk: mx.array, num_valid: mx.array, anchor: mx.array
+    ) -> mx.array:
+        """Logits [draft_block_size - 1, vocab] for the positions after `anchor`.
+
+        `known`: the committed tokens the host knows, through the previous verify
+        block's first token. `chunk`: that block's captured target states, of which the
+        first `num_valid` rows (a device scalar) are committed; `anchor` [1]: the token
+        the target chose after them (device). Every row of `chunk` joins the context;
+        the caller drops the uncommitted ones with `drop_context` once it knows them.
+        """
+        ...
+
+    def drop_context(self, num_rows: int) -> None:
+        """Forget the last `num_rows` context rows."""
+
+
 class DFlashDrafter:
     """The DFlash draft model driving proposals: block = [last token, MASK × (n - 1)]."""
 
@@ -82,6 +105,24 @@ class DFlashDrafter:
         embeddings = self.target.embed(mx.array(block)[None])
         hidden = self.model(embeddings.astype(context.dtype), context, self._cache)
         return self._head(hidden[:, 1:])[0]
+
+    @property
+    def can_pipeline(self) -> bool:
+        return self.model.takes_device_positions
+
+    def propose_pipelined(
+        self, known: int, chunk: mx.array, num_valid: mx.array, anchor: mx.array
+    ) -> mx.array:
+        masks = mx.full((self.draft_block_size - 1,), self.mask_token_id, dtype=mx.uint32)
+        block = mx.concatenate([anchor.astype(mx.uint32), masks])
+        embeddings = self.target.embed(block[None])
+        hidden = self.model(embeddings.astype(chunk.dtype), chunk, self._cache, num_valid)
+        return self._head(hidden[:, 1:])[0]
+
+    def drop_context(self, num_rows: int) -> None:
+        if num_rows > 0:
+            for layer_cache in self._cache:
+                layer_cache.trim(num_rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +190,18 @@ class DFlashRun:
         return self.tokens
 
 
+@dataclass(frozen=True, slots=True)
+class _QueuedVerify:
+    """A verify the device may still be running: its inputs and outcome, all arrays."""
+
+    draft: mx.array  # [n - 1] drafted ids
+    chosen: mx.array  # [n] the target's argmax after each block position
+    hidden: mx.array  # [1, n, C] captured target states of the block
+    tapes: list[Any]
+    num_valid: mx.array  # scalar: the block's committed rows (anchor + kept drafts)
+    bonus: mx.array  # [1]: the target's token after them
+
+
 class DFlashGenerator:
     """Speculative decoding of a target with a DFlash drafter, one request at a time."""
 
@@ -159,6 +212,7 @@ class DFlashGenerator:
         decode: Any = None,
         *,
         sync_phases: bool = False,
+        pipelined: bool = True,
     ) -> None:
         self.target = target
         self.drafter = drafter
@@ -166,6 +220,9 @@ class DFlashGenerator:
         # True waits for the device after each phase, so the stats' time split is the
         # device's; False (serving) queues the verify behind the draft without a sync.
         self.sync_phases = sync_phases
+        # Greedy cycles draft from a verify not yet read back where they can
+        # (_pipelined_cycles); False keeps every cycle sequential (benchmarks compare).
+        self.pipelined = pipelined
 
     @classmethod
     def from_models(
@@ -176,10 +233,11 @@ class DFlashGenerator:
         draft_block_size: int | None = None,
         decode: Any = None,
         sync_phases: bool = False,
+        pipelined: bool = True,
     ) -> DFlashGenerator:
         target = TargetAdapter(target_model, draft_model.config.target_layer_ids)
         drafter = DFlashDrafter(draft_model, target, draft_block_size)
-        return cls(target, drafter, decode, sync_phases=sync_phases)
+        return cls(target, drafter, decode, sync_phases=sync_phases, pipelined=pipelined)
 
     def generate(self, prompt_ids: Sequence[int], params: DFlashParams) -> DFlashRun:
         if not prompt_ids:
@@ -242,6 +300,10 @@ class DFlashGenerator:
         committed = [*prompt, token]
         num_emitted = 1
         yield [token]
+        if self._pipelines(params, grammar, params.max_tokens - num_emitted):
+            committed, context, num_emitted = yield from self._pipelined_cycles(
+                committed, context, cache, params, mask, stats, num_emitted, start
+            )
         while num_emitted < params.max_tokens:
             # Never verify more drafts than tokens the request may still emit.
             max_drafts = min(self.drafter.draft_block_size - 1, params.max_tokens - num_emitted - 1)
@@ -253,6 +315,101 @@ class DFlashGenerator:
             num_emitted += len(new_tokens)
             stats.total_s = time.perf_counter() - start
             yield new_tokens
+
+    def _pipelines(self, params: DFlashParams, grammar: TokenGrammar | None, room: int) -> bool:
+        """Greedy, no grammar, a drafter that can draft from an unread verify, and room
+        for at least one whole block; `sync_phases` keeps the phases apart."""
+        return (
+            self.pipelined
+            and params.is_greedy
+            and grammar is None
+            and not self.sync_phases
+            and getattr(self.drafter, "can_pipeline", False)
+            and room >= self.drafter.draft_block_size
+        )
+
+    def _pipelined_cycles(
+        self,
+        committed: list[int],
+        context: mx.array,
+        cache: list[Any],
+        params: DFlashParams,
+        mask: mx.array | None,
+        stats: DFlashStats,
+        num_emitted: int,
+        start: float,
+    ) -> Iterator[list[int]]:
+        """Greedy cycles whose next block is drafted while the target verifies this one.
+
+        The verify's outcome is also computed on the device (how many drafts match the
+        target's argmax, and the target's token after them), so the next draft's graph
+        is built and queued before the host reads the verify back: the device verifies
+        while the host builds the next draft, and drafts while the host rolls back and
+        builds the next verify. In `_cycle` the device idles while the host builds each
+        draft and the host idles while the device verifies; on a small target, where a
+        step is mostly the host's graph building and launches, that is most of a cycle.
+        Same tokens as `_cycle` (same argmax, same acceptance rule).
+
+        Runs while a whole block still fits in max_tokens (a draft is built before the
+        host knows how many tokens the previous cycle commits). Returns the committed
+        tokens, the context rows not yet given to the drafter, and the tokens emitted,
+        for `_cycle` to finish the request.
+        """
+        drafter: Any = self.drafter
+        size = drafter.draft_block_size
+        t0 = time.perf_counter()
+        draft, _ = self._draft_tokens(drafter.propose(committed, context), params, mask)
+        t1 = time.perf_counter()
+        stats.draft_s += t1 - t0
+        known = len(committed)
+        pending = self._queue_verify(committed[-1], draft, cache, mask)
+        stats.verify_s += time.perf_counter() - t1
+        while True:
+            t0 = time.perf_counter()
+            logits = drafter.propose_pipelined(
+                known, pending.hidden, pending.num_valid, pending.bonus
+            )
+            next_draft, _ = self._draft_tokens(logits, params, mask)
+            mx.async_eval(next_draft)
+            t1 = time.perf_counter()
+            stats.draft_s += t1 - t0
+            draft_ids = pending.draft.tolist()
+            target_ids = pending.chosen.tolist()
+            num_kept = accept_length(draft_ids, target_ids)
+            new_tokens = [*draft_ids[:num_kept], target_ids[num_kept]]
+            t2 = time.perf_counter()
+            stats.verify_s += t2 - t1
+            self.target.rollback(cache, pending.tapes, num_kept + 1, size)
+            drafter.drop_context(size - 1 - num_kept)  # the rejected rows of the chunk
+            stats.rollback_s += time.perf_counter() - t2
+            stats.acceptance_lengths.append(len(new_tokens))
+            committed += new_tokens
+            num_emitted += len(new_tokens)
+            stats.total_s = time.perf_counter() - start
+            if params.max_tokens - num_emitted < size:
+                # The queued draft is dropped; `_cycle` gives the drafter the kept rows.
+                drafter.drop_context(num_kept + 1)
+                yield new_tokens
+                return committed, pending.hidden[:, : num_kept + 1], num_emitted
+            t3 = time.perf_counter()
+            known = len(committed)
+            pending = self._queue_verify(committed[-1], next_draft, cache, mask)
+            stats.verify_s += time.perf_counter() - t3
+            yield new_tokens
+
+    def _queue_verify(
+        self, anchor: int, draft: mx.array, cache: list[Any], mask: mx.array | None
+    ) -> _QueuedVerify:
+        """The target's forward over [anchor, drafts], queued, with its greedy outcome."""
+        block = mx.concatenate([mx.array([anchor], dtype=mx.uint32), draft])
+        logits, hidden, tapes = self.target.forward(block[None], cache, record_tape=True)
+        assert logits is not None
+        chosen = sample_with_temperature(logits[0], 0.0, mask)
+        hits = (draft == chosen[:-1]).astype(mx.int32)
+        num_valid = mx.cumprod(hits, axis=0).sum() + 1  # the anchor and the kept drafts
+        bonus = mx.take(chosen, (num_valid - 1).reshape(1))
+        mx.async_eval(draft, chosen, hidden, num_valid, bonus)
+        return _QueuedVerify(draft, chosen, hidden, tapes, num_valid, bonus)
 
     def _cycle(
         self,

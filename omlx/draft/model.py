@@ -2,8 +2,10 @@
 
 In every layer the queries come from the draft block, the keys and values from
 [projected target context ; draft block], with no causal mask inside the block. The
-context K/V live in a per-layer KVCache that only ever receives committed context, so
-the block's own K/V are never stored and nothing needs trimming between cycles.
+context K/V live in a per-layer KVCache; the block's own K/V are never stored. The
+cache receives committed context, or (when the loop drafts before reading the verify
+back) a whole verify block's rows of which only a device-side count are committed: the
+rest stay hidden by a mask until the loop trims them.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ from omlx.errors import InvalidRequest
 from omlx.mlx_lm_compat import KVCache, initialize_rope, swiglu
 
 
-def _block_attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
-    """Unmasked attention of a few queries over all keys, as plain matmuls.
+def _block_attention(
+    q: mx.array, k: mx.array, v: mx.array, scale: float, keep: mx.array | None = None
+) -> mx.array:
+    """Attention of a few queries over all keys (those `keep` marks, if given), as plain
+    matmuls.
 
     Not mx.fast.scaled_dot_product_attention: on CUDA it sends multi-query attention to
     cuDNN, whose graph is rebuilt for every new key length, i.e. every DFlash cycle.
@@ -31,6 +36,8 @@ def _block_attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.
     num_kv = k.shape[1]
     q = (q * scale).reshape(b, num_kv, num_heads // num_kv, n, d)
     scores = q @ mx.expand_dims(k, 2).swapaxes(-1, -2)
+    if keep is not None:  # the block's own keys are always kept, so no row is empty
+        scores = mx.where(keep, scores, mx.array(-mx.inf, dtype=scores.dtype))
     probs = mx.softmax(scores, axis=-1, precise=True)
     return (probs @ mx.expand_dims(v, 2)).reshape(b, num_heads, n, d)
 
@@ -57,25 +64,37 @@ class DraftAttention(nn.Module):
             max_position_embeddings=cfg.max_position_embeddings,
         )
 
-    def _keys_values(self, x: mx.array, offset: int) -> tuple[mx.array, mx.array]:
+    def _keys_values(self, x: mx.array, offset: int | mx.array) -> tuple[mx.array, mx.array]:
         b, n, _ = x.shape
         keys = self.k_norm(self.k_proj(x).reshape(b, n, self.num_kv_heads, -1))
         values = self.v_proj(x).reshape(b, n, self.num_kv_heads, -1)
         keys = self.rope(keys.transpose(0, 2, 1, 3), offset=offset)
         return keys, values.transpose(0, 2, 1, 3)
 
-    def __call__(self, x: mx.array, context: mx.array, cache: KVCache) -> mx.array:
+    def __call__(
+        self,
+        x: mx.array,
+        context: mx.array,
+        cache: KVCache,
+        num_valid: mx.array | None = None,
+    ) -> mx.array:
         b, n, _ = x.shape
-        # New committed context sits at positions cache.offset.., the block after it.
-        ctx_keys, ctx_values = self._keys_values(context, cache.offset)
+        # New context sits at positions cache.offset.., the block after its valid rows.
+        start = cache.offset
+        ctx_keys, ctx_values = self._keys_values(context, start)
         ctx_keys, ctx_values = cache.update_and_fetch(ctx_keys, ctx_values)
-        position = cache.offset
+        position: int | mx.array = cache.offset
+        keep = None
+        if num_valid is not None:  # rows of `context` past num_valid are hidden
+            position = start + num_valid
+            key_index = mx.arange(ctx_keys.shape[2] + n)
+            keep = (key_index < position) | (key_index >= ctx_keys.shape[2])
         queries = self.q_norm(self.q_proj(x).reshape(b, n, self.num_heads, -1))
         queries = self.rope(queries.transpose(0, 2, 1, 3), offset=position)
         block_keys, block_values = self._keys_values(x, position)
         keys = mx.concatenate([ctx_keys, block_keys], axis=2)
         values = mx.concatenate([ctx_values, block_values], axis=2)
-        out = _block_attention(queries, keys, values, self.scale)
+        out = _block_attention(queries, keys, values, self.scale, keep)
         return self.o_proj(out.transpose(0, 2, 1, 3).reshape(b, n, -1))
 
 
@@ -98,8 +117,10 @@ class DraftLayer(nn.Module):
         self.input_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         self.post_attention_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
 
-    def __call__(self, x: mx.array, context: mx.array, cache: KVCache) -> mx.array:
-        h = x + self.self_attn(self.input_layernorm(x), context, cache)
+    def __call__(
+        self, x: mx.array, context: mx.array, cache: KVCache, num_valid: mx.array | None = None
+    ) -> mx.array:
+        h = x + self.self_attn(self.input_layernorm(x), context, cache, num_valid)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -121,8 +142,18 @@ class DFlashDraftModel(nn.Module):
     def make_cache(self) -> list[KVCache]:
         return [KVCache() for _ in self.layers]
 
+    @property
+    def takes_device_positions(self) -> bool:
+        """Whether the block's position may be a device scalar (`num_valid`): MLX's own
+        RoPE takes an array offset; a scaled variant may read it on the host."""
+        return all(type(layer.self_attn.rope) is nn.RoPE for layer in self.layers)
+
     def __call__(
-        self, block_embeddings: mx.array, target_hidden: mx.array, cache: list[KVCache]
+        self,
+        block_embeddings: mx.array,
+        target_hidden: mx.array,
+        cache: list[KVCache],
+        num_valid: mx.array | None = None,
     ) -> mx.array:
         """Hidden states of the draft block (before the target's LM head).
 
@@ -131,11 +162,16 @@ class DFlashDraftModel(nn.Module):
             target_hidden: [B, new, hidden * num captured layers] captured target states
                 of the context committed since the last call (at least one position).
             cache: this request's context cache, from `make_cache`.
+            num_valid: a device scalar, when only the first `num_valid` rows of
+                `target_hidden` are committed (a verify not yet read back: the loop
+                drafts before it knows what the target accepted). The other rows are
+                cached but hidden from attention, the block sits right after the valid
+                ones, and the caller trims the hidden rows off once it knows their count.
         """
         context = self.hidden_norm(self.fc(target_hidden))
         h = block_embeddings
         for layer, layer_cache in zip(self.layers, cache, strict=True):
-            h = layer(h, context, layer_cache)
+            h = layer(h, context, layer_cache, num_valid)
         return self.norm(h)
 
 

@@ -11,7 +11,10 @@ class OracleDrafter:
     """Proposes `continuation` exactly, except a wrong token at draft index `corrupt_at`.
 
     It also checks the loop's context contract: over a request, the context rows it
-    receives always cover every committed token but the last (the block's first).
+    receives always cover every committed token but the last (the block's first). With
+    `pipelined` it also drafts the way the pipelined greedy loop asks (from a verify the
+    host has not read: the block's position is a device value), and checks that the
+    rows it is told to drop leave exactly the committed ones.
     """
 
     def __init__(
@@ -21,6 +24,7 @@ class OracleDrafter:
         vocab_size: int,
         draft_block_size: int = 16,
         corrupt_at: int | None = None,
+        pipelined: bool = False,
     ) -> None:
         self.prompt = list(prompt)
         self.continuation = list(continuation)
@@ -29,10 +33,13 @@ class OracleDrafter:
         self.corrupt_at = corrupt_at
         self.context_rows = 0
         self.calls = 0
+        self.can_pipeline = pipelined
+        self.pipelined_calls = 0
 
     def start(self) -> None:
         self.context_rows = 0
         self.calls = 0
+        self.pipelined_calls = 0
 
     def propose(self, committed: Sequence[int], context: mx.array) -> mx.array:
         self.calls += 1
@@ -47,3 +54,27 @@ class OracleDrafter:
         logits = mx.full((len(ids), self.vocab_size), -30.0)
         logits[mx.arange(len(ids)), mx.array(ids)] = 30.0
         return logits
+
+    def propose_pipelined(
+        self, known: int, chunk: mx.array, num_valid: mx.array, anchor: mx.array
+    ) -> mx.array:
+        assert self.context_rows == known - 1, "the previous chunk's rejected rows were kept"
+        self.calls += 1
+        self.pipelined_calls += 1
+        self.context_rows += chunk.shape[1]
+        sequence = self.prompt + self.continuation
+        # Checks only (a real drafter never reads these back): the anchor is the token
+        # committed right after the chunk's valid rows.
+        assert anchor.item() == sequence[known - 1 + num_valid.item()]
+        size = self.draft_block_size - 1
+        padded = mx.array(self.continuation + [0] * (size + len(sequence)))
+        done = known - 1 + num_valid - len(self.prompt) + 1  # continuation through anchor
+        ids = padded[done + mx.arange(size)]
+        if self.corrupt_at is not None:
+            wrong = mx.arange(size) == self.corrupt_at
+            ids = mx.where(wrong, (ids + 1) % self.vocab_size, ids)
+        hit = mx.arange(self.vocab_size)[None] == ids[:, None]
+        return mx.where(hit, 30.0, -30.0)
+
+    def drop_context(self, num_rows: int) -> None:
+        self.context_rows -= num_rows

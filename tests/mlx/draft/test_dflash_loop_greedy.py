@@ -21,10 +21,15 @@ def _continuation(model, n: int) -> list[int]:
     return plain_generate(model, PROMPT, DFlashParams(max_tokens=n)).tokens
 
 
-def _oracle_generator(model, continuation, corrupt_at=None) -> DFlashGenerator:
+def _oracle_generator(model, continuation, corrupt_at=None, pipelined=False) -> DFlashGenerator:
     target = TargetAdapter(model, (1, 2))
-    oracle = OracleDrafter(PROMPT, continuation, VOCAB, corrupt_at=corrupt_at)
+    oracle = OracleDrafter(PROMPT, continuation, VOCAB, corrupt_at=corrupt_at, pipelined=pipelined)
     return DFlashGenerator(target, oracle, decode=_toy_decode)
+
+
+# Both greedy loops: `_cycle` (sequential) and the pipelined one (drafts before it
+# reads the verify back); a test below checks the pipelined one really ran.
+both_loops = pytest.mark.parametrize("pipelined", [False, True], ids=["sequential", "pipelined"])
 
 
 def _toy_decode(ids: list[int]) -> str:
@@ -42,10 +47,11 @@ def test_random_draft_output_equals_plain_greedy(tiny_target):
     assert sum(run.stats.acceptance_lengths) == 47  # every token but the prefill's
 
 
-def test_oracle_draft_commits_whole_blocks(tiny_target):
+@both_loops
+def test_oracle_draft_commits_whole_blocks(tiny_target, pipelined):
     _, model = tiny_target
     cont = _continuation(model, 80)
-    generator = _oracle_generator(model, cont)
+    generator = _oracle_generator(model, cont, pipelined=pipelined)
     run = generator.generate(PROMPT, DFlashParams(max_tokens=1 + 16 * 4))
     assert run.run() == cont[:65]
     assert run.stats.acceptance_lengths == [16, 16, 16, 16]
@@ -53,22 +59,24 @@ def test_oracle_draft_commits_whole_blocks(tiny_target):
     assert run.stats.histogram()[16] == 4
 
 
+@both_loops
 @pytest.mark.parametrize("j", [0, 3, 14])
-def test_corrupted_oracle_commits_j_plus_one(tiny_target, j):
+def test_corrupted_oracle_commits_j_plus_one(tiny_target, j, pipelined):
     _, model = tiny_target
     cont = _continuation(model, 60)
-    generator = _oracle_generator(model, cont, corrupt_at=j)
+    generator = _oracle_generator(model, cont, corrupt_at=j, pipelined=pipelined)
     run = generator.generate(PROMPT, DFlashParams(max_tokens=1 + (j + 1) * 3))
     assert run.run() == cont[: 1 + (j + 1) * 3]
     assert run.stats.acceptance_lengths == [j + 1] * 3
     assert run.stats.acceptance_length == j + 1
 
 
-def test_eos_inside_accepted_run(tiny_target):
+@both_loops
+def test_eos_inside_accepted_run(tiny_target, pipelined):
     _, model = tiny_target
     cont = _continuation(model, 40)
     k = next(i for i in range(3, 12) if cont[i] not in cont[:i])
-    generator = _oracle_generator(model, cont)
+    generator = _oracle_generator(model, cont, pipelined=pipelined)
     run = generator.generate(PROMPT, DFlashParams(max_tokens=40, eos_token_ids=(cont[k],)))
     assert run.run() == cont[:k]  # EOS ends the run and is not emitted
     assert run.finish_reason == "stop"
@@ -76,33 +84,38 @@ def test_eos_inside_accepted_run(tiny_target):
     assert plain.tokens == cont[:k]
 
 
-def test_max_tokens_mid_block(tiny_target):
+@both_loops
+def test_max_tokens_mid_block(tiny_target, pipelined):
     _, model = tiny_target
     cont = _continuation(model, 40)
-    generator = _oracle_generator(model, cont)
+    generator = _oracle_generator(model, cont, pipelined=pipelined)
     run = generator.generate(PROMPT, DFlashParams(max_tokens=10))
     assert run.run() == cont[:10]
     assert run.finish_reason == "length"
     assert run.stats.acceptance_lengths == [9]  # the verify block was cut to fit
 
 
-def test_stop_string_inside_block(tiny_target):
+@both_loops
+def test_stop_string_inside_block(tiny_target, pipelined):
     _, model = tiny_target
     cont = _continuation(model, 40)
     text = _toy_decode(cont)
     stop = text[6:8]
     end = text.find(stop) + len(stop)
-    generator = _oracle_generator(model, cont)
+    generator = _oracle_generator(model, cont, pipelined=pipelined)
     run = generator.generate(PROMPT, DFlashParams(max_tokens=40, stop=(stop,)))
     assert run.run() == cont[:end]
     assert run.finish_reason == "stop"
     assert _toy_decode(run.tokens).endswith(stop)
 
 
-def test_streams_tokens_incrementally(tiny_target):
+@both_loops
+def test_streams_tokens_incrementally(tiny_target, pipelined):
     _, model = tiny_target
     cont = _continuation(model, 40)
-    run = _oracle_generator(model, cont).generate(PROMPT, DFlashParams(max_tokens=33))
+    run = _oracle_generator(model, cont, pipelined=pipelined).generate(
+        PROMPT, DFlashParams(max_tokens=33)
+    )
     first = next(iter(run))
     assert first == cont[0]
     assert run.stats.num_cycles == 0  # nothing drafted before the first token is out

@@ -1,0 +1,81 @@
+"""The pipelined greedy loop: drafting from a verify the host has not read back yet."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+
+from omlx.draft.baseline import plain_generate
+from omlx.draft.loop import DFlashDrafter, DFlashGenerator, DFlashParams
+from omlx.draft.random_init import draft_config_for, random_draft
+from tests.mlx.draft.conftest import VOCAB
+from tests.mlx.draft.oracle import OracleDrafter
+
+PROMPT = [3, 17, 42, 99, 5, 128, 7, 64]
+
+
+def test_hidden_rows_change_nothing_but_the_cache(tiny_target):
+    """Drafting from a whole chunk with `num_valid` rows committed gives the hidden
+    states of drafting from those rows alone; after the rest is trimmed, the next
+    draft matches too (so the rows' positions were right)."""
+    _, model = tiny_target
+    draft = random_draft(draft_config_for(model), seed=3)
+    width = len(draft.config.target_layer_ids) * draft.config.hidden_size
+    mx.random.seed(5)
+    prompt_ctx = mx.random.normal((1, 7, width))
+    chunk = mx.random.normal((1, 16, width))
+    block = mx.random.normal((1, 16, draft.config.hidden_size))
+    later = mx.random.normal((1, 3, width))
+    for valid in (1, 5, 16):
+        masked, plain = draft.make_cache(), draft.make_cache()
+        draft(block, prompt_ctx, masked)
+        draft(block, prompt_ctx, plain)
+        got = draft(block, chunk, masked, mx.array(valid))
+        want = draft(block, chunk[:, :valid], plain)
+        assert mx.allclose(got, want, atol=1e-5).item()
+        for c in masked:
+            c.trim(16 - valid)
+        assert mx.allclose(draft(block, later, masked), draft(block, later, plain), atol=1e-5)
+
+
+@pytest.mark.parametrize("max_tokens", [17, 40, 97])
+def test_random_draft_pipelined_equals_plain_greedy(tiny_target, max_tokens):
+    _, model = tiny_target
+    draft = random_draft(draft_config_for(model), seed=1)
+    generator = DFlashGenerator.from_models(model, draft)
+    assert isinstance(generator.drafter, DFlashDrafter) and generator.drafter.can_pipeline
+    calls = []
+    propose = generator.drafter.propose_pipelined
+    generator.drafter.propose_pipelined = lambda *a: calls.append(1) or propose(*a)
+    params = DFlashParams(max_tokens=max_tokens)
+    run = generator.generate(PROMPT, params)
+    assert run.run() == plain_generate(model, PROMPT, params).tokens
+    assert sum(run.stats.acceptance_lengths) == max_tokens - 1
+    assert calls  # the pipelined loop ran (a whole block fit after the prefill)
+
+
+def test_pipelined_oracle_drafts_from_unread_verifies(tiny_target):
+    _, model = tiny_target
+    cont = plain_generate(model, PROMPT, DFlashParams(max_tokens=90)).tokens
+    from omlx.draft.capture import TargetAdapter
+
+    oracle = OracleDrafter(PROMPT, cont, VOCAB, corrupt_at=5, pipelined=True)
+    generator = DFlashGenerator(TargetAdapter(model, (1, 2)), oracle)
+    run = generator.generate(PROMPT, DFlashParams(max_tokens=90))
+    assert run.run() == cont
+    # 6 tokens a cycle while a block fits (89 left after the prefill: 12 cycles leave
+    # 17, then a 13th leaves 11 < 16), then the sequential loop finishes.
+    assert run.stats.acceptance_lengths[:13] == [6] * 13
+    assert oracle.pipelined_calls == 13  # drafts 2..14; the 14th was dropped unverified
+
+
+def test_sync_phases_and_sampling_keep_the_sequential_loop(tiny_target):
+    _, model = tiny_target
+    cont = plain_generate(model, PROMPT, DFlashParams(max_tokens=40)).tokens
+    from omlx.draft.capture import TargetAdapter
+
+    for sync, temperature in ((True, 0.0), (False, 0.7)):
+        oracle = OracleDrafter(PROMPT, cont, VOCAB, pipelined=True)
+        generator = DFlashGenerator(TargetAdapter(model, (1, 2)), oracle, sync_phases=sync)
+        generator.generate(PROMPT, DFlashParams(max_tokens=40, temperature=temperature)).run()
+        assert oracle.calls > 0 and oracle.pipelined_calls == 0
