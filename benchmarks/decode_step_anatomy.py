@@ -18,6 +18,11 @@ steps are timed after a few warm-up steps. Paths:
 - fused_ragged: fused_sampled with prompt lengths spread over +-8 tokens (left padding);
 - loop: a bare pipelined loop over mlx-lm's model and BatchKVCache (argmax only): the
   step graph is built, queued with async_eval, then the previous step's tokens are read;
+- loop_nomask: the same with no attention mask (every prompt has the same length here,
+  so none is needed): on CUDA that is MLX's fused vector attention, which takes no array
+  mask, against the composed fallback that BatchKVCache's array mask forces;
+- loop_folded: `loop` with the masked one-query attention written as two plain batched
+  matmuls, the GQA group folded into the query rows (no broadcast batch dimension);
 - static: the same loop over a fixed-capacity cache (one slice_update per layer at a
   position held in an array, a mask built from it), so every step has the same shapes;
 - compiled: `static` under mx.compile: one traced graph replayed every step.
@@ -38,6 +43,7 @@ async_eval would otherwise pass for host work).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import statistics
@@ -54,6 +60,8 @@ PATHS = (
     "fused_sampled",
     "fused_ragged",
     "loop",
+    "loop_nomask",
+    "loop_folded",
     "static",
     "compiled",
 )
@@ -153,13 +161,52 @@ def prefill(model, prompts):
     return tokens, cache
 
 
+def folded_attention(queries, keys, values, cache, scale, mask, sinks=None):
+    """One query per row against a boolean mask as two batched matmuls, the GQA group
+    folded into the query rows: [B, kv, group, d] @ [B, kv, d, S], whose batch
+    dimensions collapse into one (no broadcast over the group)."""
+    import mlx.core as mx
+
+    b, heads, n, d = queries.shape
+    kv_heads = keys.shape[1]
+    q = (queries * scale).reshape(b, kv_heads, (heads // kv_heads) * n, d)
+    scores = q @ keys.swapaxes(-1, -2)
+    if mask is not None:
+        scores = mx.where(mask, scores, mx.array(-mx.inf, scores.dtype))
+    probs = mx.softmax(scores, axis=-1, precise=True)
+    return (probs @ values).reshape(b, heads, n, d)
+
+
+@contextlib.contextmanager
+def attention_variant(model, kind):
+    """loop_nomask: caches make no mask; loop_folded: the model module's attention
+    function is `folded_attention` for one-query steps with an array mask."""
+    module = sys.modules[type(model).__module__]
+    original = module.scaled_dot_product_attention
+
+    def folded(queries, keys, values, cache, scale, mask, sinks=None):
+        if queries.shape[2] == 1 and not isinstance(mask, str) and sinks is None:
+            return folded_attention(queries, keys, values, cache, scale, mask)
+        return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
+
+    if kind == "loop_folded":
+        module.scaled_dot_product_attention = folded
+    try:
+        yield
+    finally:
+        module.scaled_dot_product_attention = original
+
+
 def loop_path(model, prompts, steps, warm, kind, clock):
     """Per-step (build, dispatch, wait, total) seconds of a pipelined greedy loop."""
     import mlx.core as mx
 
     y, cache = prefill(model, prompts)
     n = len(prompts[0])
-    if kind != "loop":
+    if kind == "loop_nomask":
+        for c in cache:  # equal prompt lengths: no left padding, nothing to mask
+            c.make_mask = lambda n, return_array=False, **kw: None
+    if kind not in ("loop", "loop_nomask", "loop_folded"):
         cap = -(-(n + steps + warm + 1) // 256) * 256
         kv = []
         for c in cache:
@@ -176,8 +223,9 @@ def loop_path(model, prompts, steps, warm, kind, clock):
         if i == warm:
             clock.start()
         t0 = time.perf_counter()
-        if kind == "loop":
-            nxt = mx.argmax(model(y[:, None], cache=cache)[:, -1, :], axis=-1)
+        if kind.startswith("loop"):
+            with attention_variant(model, kind):
+                nxt = mx.argmax(model(y[:, None], cache=cache)[:, -1, :], axis=-1)
             state = [nxt]
         else:
             res = fn(y, mx.array([n + i], mx.int32), left, *kv)
