@@ -88,7 +88,7 @@ def main() -> None:
     ap.add_argument(
         "--loops",
         default="pipelined",
-        help="greedy DFlash loops to time, one row set each: pipelined,sequential",
+        help="DFlash loops to time, one row set each: pipelined,sequential",
     )
     ap.add_argument("--out", default=None, help="append JSON lines here")
     args = ap.parse_args()
@@ -138,7 +138,7 @@ def main() -> None:
 
     for temperature in (float(t) for t in args.temperatures.split(",")):
         modes = [True] if temperature == 0 or not args.sampled_drafts else [True, False]
-        loops = args.loops.split(",") if temperature == 0 else ["sequential"]
+        loops = args.loops.split(",")
         for block, loop, by_argmax in itertools.product(
             (int(b) for b in args.block_sizes.split(",")), loops, modes
         ):

@@ -20,7 +20,12 @@ from omlx.draft.accept import accept_length
 from omlx.draft.capture import TargetAdapter
 from omlx.draft.grammar import TokenGrammar, block_masks, suppressed
 from omlx.draft.model import DFlashDraftModel
-from omlx.draft.sampling import probabilities, sample_with_temperature, speculative_accept
+from omlx.draft.sampling import (
+    probabilities,
+    sample_with_temperature,
+    speculative_accept,
+    speculative_outcome,
+)
 from omlx.draft.stats import DFlashStats
 from omlx.draft.stopping import StopCondition
 from omlx.draft.vocab import RestrictedHead
@@ -195,11 +200,10 @@ class _QueuedVerify:
     """A verify the device may still be running: its inputs and outcome, all arrays."""
 
     draft: mx.array  # [n - 1] drafted ids
-    chosen: mx.array  # [n] the target's argmax after each block position
     hidden: mx.array  # [1, n, C] captured target states of the block
     tapes: list[Any]
     num_valid: mx.array  # scalar: the block's committed rows (anchor + kept drafts)
-    bonus: mx.array  # [1]: the target's token after them
+    bonus: mx.array  # [1]: the token emitted after them
 
 
 class DFlashGenerator:
@@ -317,11 +321,10 @@ class DFlashGenerator:
             yield new_tokens
 
     def _pipelines(self, params: DFlashParams, grammar: TokenGrammar | None, room: int) -> bool:
-        """Greedy, no grammar, a drafter that can draft from an unread verify, and room
-        for at least one whole block; `sync_phases` keeps the phases apart."""
+        """No grammar, a drafter that can draft from an unread verify, and room for at
+        least one whole block; `sync_phases` keeps the phases apart."""
         return (
             self.pipelined
-            and params.is_greedy
             and grammar is None
             and not self.sync_phases
             and getattr(self.drafter, "can_pipeline", False)
@@ -339,16 +342,18 @@ class DFlashGenerator:
         num_emitted: int,
         start: float,
     ) -> Iterator[list[int]]:
-        """Greedy cycles whose next block is drafted while the target verifies this one.
+        """Cycles whose next block is drafted while the target verifies this one.
 
-        The verify's outcome is also computed on the device (how many drafts match the
-        target's argmax, and the target's token after them), so the next draft's graph
-        is built and queued before the host reads the verify back: the device verifies
+        The verify's outcome is also computed on the device (how many drafts are kept,
+        and the token after them: by argmax, or by speculative sampling), so the next
+        draft's graph is built and queued before the host reads the verify back: the device verifies
         while the host builds the next draft, and drafts while the host rolls back and
         builds the next verify. In `_cycle` the device idles while the host builds each
         draft and the host idles while the device verifies; on a small target, where a
         step is mostly the host's graph building and launches, that is most of a cycle.
-        Same tokens as `_cycle` (same argmax, same acceptance rule).
+        Greedy, the same tokens as `_cycle` (same argmax, same acceptance rule); sampled,
+        the same rule and so the same distribution, with random numbers drawn in another
+        order (omlx.draft.sampling.speculative_outcome).
 
         Runs while a whole block still fits in max_tokens (a draft is built before the
         host knows how many tokens the previous cycle commits). Returns the committed
@@ -358,25 +363,24 @@ class DFlashGenerator:
         drafter: Any = self.drafter
         size = drafter.draft_block_size
         t0 = time.perf_counter()
-        draft, _ = self._draft_tokens(drafter.propose(committed, context), params, mask)
+        draft = self._draft_tokens(drafter.propose(committed, context), params, mask)
         t1 = time.perf_counter()
         stats.draft_s += t1 - t0
         known = len(committed)
-        pending = self._queue_verify(committed[-1], draft, cache, mask)
+        pending = self._queue_verify(committed[-1], draft, cache, params, mask)
         stats.verify_s += time.perf_counter() - t1
         while True:
             t0 = time.perf_counter()
             logits = drafter.propose_pipelined(
                 known, pending.hidden, pending.num_valid, pending.bonus
             )
-            next_draft, _ = self._draft_tokens(logits, params, mask)
-            mx.async_eval(next_draft)
+            next_draft = self._draft_tokens(logits, params, mask)
+            mx.async_eval(*(a for a in next_draft if a is not None))
             t1 = time.perf_counter()
             stats.draft_s += t1 - t0
             draft_ids = pending.draft.tolist()
-            target_ids = pending.chosen.tolist()
-            num_kept = accept_length(draft_ids, target_ids)
-            new_tokens = [*draft_ids[:num_kept], target_ids[num_kept]]
+            num_kept = pending.num_valid.item() - 1
+            new_tokens = [*draft_ids[:num_kept], pending.bonus.item()]
             t2 = time.perf_counter()
             stats.verify_s += t2 - t1
             self.target.rollback(cache, pending.tapes, num_kept + 1, size)
@@ -393,23 +397,34 @@ class DFlashGenerator:
                 return committed, pending.hidden[:, : num_kept + 1], num_emitted
             t3 = time.perf_counter()
             known = len(committed)
-            pending = self._queue_verify(committed[-1], next_draft, cache, mask)
+            pending = self._queue_verify(committed[-1], next_draft, cache, params, mask)
             stats.verify_s += time.perf_counter() - t3
             yield new_tokens
 
     def _queue_verify(
-        self, anchor: int, draft: mx.array, cache: list[Any], mask: mx.array | None
+        self,
+        anchor: int,
+        drafted: tuple[mx.array, mx.array | None],
+        cache: list[Any],
+        params: DFlashParams,
+        mask: mx.array | None,
     ) -> _QueuedVerify:
-        """The target's forward over [anchor, drafts], queued, with its greedy outcome."""
+        """The target's forward over [anchor, drafts], queued, with its outcome."""
+        draft, draft_probs = drafted
         block = mx.concatenate([mx.array([anchor], dtype=mx.uint32), draft])
         logits, hidden, tapes = self.target.forward(block[None], cache, record_tape=True)
         assert logits is not None
-        chosen = sample_with_temperature(logits[0], 0.0, mask)
-        hits = (draft == chosen[:-1]).astype(mx.int32)
-        num_valid = mx.cumprod(hits, axis=0).sum() + 1  # the anchor and the kept drafts
-        bonus = mx.take(chosen, (num_valid - 1).reshape(1))
-        mx.async_eval(draft, chosen, hidden, num_valid, bonus)
-        return _QueuedVerify(draft, chosen, hidden, tapes, num_valid, bonus)
+        if params.is_greedy:
+            chosen = sample_with_temperature(logits[0], 0.0, mask)
+            hits = (draft == chosen[:-1]).astype(mx.int32)
+            num_kept = mx.cumprod(hits, axis=0).sum()
+            bonus = mx.take(chosen, num_kept.reshape(1))
+        else:
+            target_probs = probabilities(logits[0], params.temperature, mask)
+            num_kept, bonus = speculative_outcome(draft, target_probs, draft_probs)
+        num_valid = num_kept + 1  # the anchor and the kept drafts
+        mx.async_eval(draft, hidden, num_valid, bonus)
+        return _QueuedVerify(draft, hidden, tapes, num_valid, bonus)
 
     def _cycle(
         self,

@@ -85,3 +85,36 @@ def speculative_accept(
     else:
         residual = mx.maximum(p - draft_probs[num_kept], 0.0)
     return num_kept, int(mx.random.categorical(mx.log(residual)).item())
+
+
+def speculative_outcome(
+    draft: mx.array, target_probs: mx.array, draft_probs: mx.array | None
+) -> tuple[mx.array, mx.array]:
+    """`speculative_accept` on the device, nothing read back: (number of drafts kept, a
+    scalar; the token emitted after them, shape [1]).
+
+    The same rule (draft i kept while u_i * q_i < p_i; the token after them drawn from
+    norm(max(p - q, 0)) at the first rejection, from p when every draft was kept), so
+    the emitted tokens are distributed as the target's own samples; only the order in
+    which random numbers are drawn differs from the host version.
+    """
+    n = draft.shape[0]
+    vocab = target_probs.shape[-1]
+    ids = draft.astype(mx.int32)
+    p = mx.take_along_axis(target_probs[:n], ids[:, None], axis=-1)[:, 0]
+    if draft_probs is None:
+        q: mx.array | float = 1.0
+    else:
+        q = mx.take_along_axis(draft_probs, ids[:, None], axis=-1)[:, 0]
+    keep = (mx.random.uniform(shape=(n,)) * q < p).astype(mx.int32)
+    num_kept = mx.cumprod(keep, axis=0).sum()
+    row = mx.take(target_probs, num_kept, axis=0)
+    if draft_probs is None:
+        # Past the last draft no token is excluded (index `vocab` matches none).
+        excluded = mx.take(mx.concatenate([ids, mx.array([vocab], mx.int32)]), num_kept)
+        residual = row * (mx.arange(vocab) != excluded)
+    else:
+        padded = mx.concatenate([draft_probs, mx.zeros((1, vocab), draft_probs.dtype)])
+        residual = mx.maximum(row - mx.take(padded, num_kept, axis=0), 0.0)
+    bonus = mx.random.categorical(mx.log(residual)).astype(mx.uint32).reshape(1)
+    return num_kept, bonus

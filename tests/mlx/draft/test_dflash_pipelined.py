@@ -69,13 +69,15 @@ def test_pipelined_oracle_drafts_from_unread_verifies(tiny_target):
     assert oracle.pipelined_calls == 13  # drafts 2..14; the 14th was dropped unverified
 
 
-def test_sync_phases_and_sampling_keep_the_sequential_loop(tiny_target):
+def test_sync_phases_keeps_the_sequential_loop_and_sampling_pipelines(tiny_target):
     _, model = tiny_target
     cont = plain_generate(model, PROMPT, DFlashParams(max_tokens=40)).tokens
     from omlx.draft.capture import TargetAdapter
 
-    for sync, temperature in ((True, 0.0), (False, 0.7)):
-        oracle = OracleDrafter(PROMPT, cont, VOCAB, pipelined=True)
+    for sync, temperature, pipelines in ((True, 0.0, False), (False, 0.7, True)):
+        oracle = OracleDrafter(PROMPT, cont, VOCAB, pipelined=True, greedy=temperature == 0)
         generator = DFlashGenerator(TargetAdapter(model, (1, 2)), oracle, sync_phases=sync)
-        generator.generate(PROMPT, DFlashParams(max_tokens=40, temperature=temperature)).run()
-        assert oracle.calls > 0 and oracle.pipelined_calls == 0
+        params = DFlashParams(max_tokens=40, temperature=temperature)
+        tokens = generator.generate(PROMPT, params).run()
+        assert len(tokens) == 40
+        assert oracle.calls > 0 and (oracle.pipelined_calls > 0) == pipelines

@@ -11,7 +11,7 @@ import pytest
 
 from omlx.draft.loop import DFlashGenerator, DFlashParams
 from omlx.draft.random_init import draft_config_for, random_draft
-from omlx.draft.sampling import probabilities, speculative_accept
+from omlx.draft.sampling import probabilities, speculative_accept, speculative_outcome
 from tests.mlx.draft.conftest import build_target
 
 TOY_VOCAB = 8
@@ -58,11 +58,18 @@ def _exact_joint(model) -> tuple[dict, dict]:
     return joint, third
 
 
+# Blocks of 4 over 3 tokens: one sequential cycle. Blocks of 2 over 3 tokens: the
+# pipelined loop (its second draft is built before the first verify is read).
+@pytest.mark.parametrize("block_size", [4, 2], ids=["sequential", "pipelined"])
 @pytest.mark.parametrize("draft_by_argmax", [False, True])
-def test_emitted_distribution_matches_target(draft_by_argmax):
+def test_emitted_distribution_matches_target(draft_by_argmax, block_size):
     model = build_target("qwen3", seed=3, vocab_size=TOY_VOCAB, num_hidden_layers=2)
-    draft = random_draft(draft_config_for(model, block_size=4), seed=4)
+    draft = random_draft(draft_config_for(model, block_size=block_size), seed=4)
     generator = DFlashGenerator.from_models(model, draft)
+    if block_size == 2:
+        spy = generator.drafter.propose_pipelined
+        calls: list[int] = []
+        generator.drafter.propose_pipelined = lambda *a: calls.append(1) or spy(*a)
     params = DFlashParams(max_tokens=3, temperature=TEMPERATURE, draft_by_argmax=draft_by_argmax)
     mx.random.seed(1234)
     n = 1500
@@ -78,6 +85,8 @@ def test_emitted_distribution_matches_target(draft_by_argmax):
         ok, stat, critical = _chi_square_ok(counts, probs, n)
         assert ok, f"chi-square {stat:.1f} >= {critical:.1f}"
     assert 0 < kept < n  # both the accept and the reject branch were exercised
+    if block_size == 2:
+        assert len(calls) >= n  # every run drafted from an unread verify at least once
 
 
 def test_speculative_accept_preserves_target_distribution():
@@ -95,3 +104,32 @@ def test_speculative_accept_preserves_target_distribution():
         first[emitted[0]] += 1
     ok, stat, critical = _chi_square_ok(first, {t: float(p[0, t]) for t in range(vocab)}, n)
     assert ok, f"chi-square {stat:.1f} >= {critical:.1f}"
+
+
+@pytest.mark.parametrize("argmax_drafts", [False, True])
+def test_speculative_outcome_preserves_target_distribution(argmax_drafts):
+    """The device-side rule: the first emitted token is distributed as p[0], through
+    both branches (a draft rejected, and every draft kept)."""
+    rng = np.random.default_rng(1)
+    vocab, n_drafts, n = 6, 3, 4000
+    p = rng.dirichlet(np.ones(vocab), size=n_drafts + 1).astype(np.float32)
+    q = rng.dirichlet(np.ones(vocab), size=n_drafts).astype(np.float32)
+    target_probs = mx.array(p)
+    draft_probs = None if argmax_drafts else mx.array(q)
+    mx.random.seed(11)
+    first, kept_all = Counter(), 0
+    for _ in range(n):
+        if argmax_drafts:
+            drafts = [int(np.argmax(p[i])) for i in range(n_drafts)]  # often all kept
+        else:
+            drafts = [int(rng.choice(vocab, p=q[i] / q[i].sum())) for i in range(n_drafts)]
+        num_kept, bonus = speculative_outcome(
+            mx.array(drafts, dtype=mx.uint32), target_probs, draft_probs
+        )
+        kept = num_kept.item()
+        emitted = [*drafts[:kept], bonus.item()]
+        first[emitted[0]] += 1
+        kept_all += kept == n_drafts
+    ok, stat, critical = _chi_square_ok(first, {t: float(p[0, t]) for t in range(vocab)}, n)
+    assert ok, f"chi-square {stat:.1f} >= {critical:.1f}"
+    assert kept_all > 0  # the bonus-from-p branch ran too
