@@ -99,6 +99,12 @@ def train(
     keep_best: bool = typer.Option(
         True, "--keep-best/--keep-last", help="Save the weights of the best held-out τ."
     ),
+    labels: str = typer.Option(
+        "reply",
+        "--labels",
+        help="reply: the replies' own tokens; greedy: the target's argmax, so sampled "
+        "replies add contexts, not their sampled choices.",
+    ),
     checkpoint_every: int = typer.Option(500, "--checkpoint-every", min=0),
     seed: int = typer.Option(0, "--seed"),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint."),
@@ -175,6 +181,7 @@ def train(
                 eval_sequences=eval_sequences,
                 keep_best=keep_best,
                 vocab_coverage=vocab_coverage,
+                labels=labels,
                 checkpoint_every=checkpoint_every,
                 seed=seed,
             ),

@@ -100,6 +100,45 @@ def target_context(target: TargetAdapter, tokens: mx.array) -> mx.array:
     return mx.stop_gradient(hidden)
 
 
+def target_context_and_greedy(
+    target: TargetAdapter, tokens: mx.array, chunk: int = 8
+) -> tuple[mx.array, mx.array]:
+    """The captured states [N, L, C] and the target's argmax after every position
+    [N, L] (what it picks next), `chunk` sequences per forward pass, so only one
+    chunk's [chunk, L, vocab] logits are alive at a time."""
+    hiddens, picks = [], []
+    for start in range(0, tokens.shape[0], chunk):
+        logits, hidden, _ = target.forward(tokens[start : start + chunk], None)  # type: ignore[arg-type]
+        assert logits is not None
+        picks.append(mx.argmax(logits, axis=-1).astype(mx.int32))
+        hiddens.append(hidden)
+    return mx.stop_gradient(mx.concatenate(hiddens)), mx.concatenate(picks)
+
+
+def greedy_relabel(batch: BlockBatch, greedy_next: mx.array) -> BlockBatch:
+    """Block labels from the target's own argmax, kept only while the reply followed it.
+
+    Position k of the block anchored at s is relabelled g[s + k - 1] (the target's pick
+    after x_{<s+k}) and stays valid only while x_{s+1..s+k-1} all equal the target's
+    picks: the labels are then exactly the greedy chain from the anchor, which is what
+    greedy DFlash must predict. A sampled reply keeps its varied context but stops
+    teaching its sampled choices (on SmolLM2's T=0.7 replies, 23 % of tokens are not the
+    argmax, and a run of agreement from a position lasts ~5.5 tokens); a greedy reply's
+    labels stay as they are, up to the target's numerics.
+    """
+    n, k, b1 = batch.labels.shape
+    width = greedy_next.shape[1]
+    positions = batch.anchors[:, :, None] + mx.arange(b1)[None, None, :]
+    positions = mx.minimum(positions, width - 1).reshape(n, k * b1)
+    picks = mx.take_along_axis(greedy_next, positions, axis=1).reshape(n, k, b1)
+    followed = (batch.labels == picks).astype(mx.float32)
+    # Label k needs the reply to have followed the target at positions 1..k-1.
+    before = mx.concatenate([mx.ones((n, k, 1)), mx.cumprod(followed, axis=-1)[..., :-1]], axis=-1)
+    valid = batch.valid * before
+    labels = mx.where(valid > 0, picks, 0).astype(mx.int32)
+    return BlockBatch(batch.tokens, batch.anchors, batch.block_ids, labels, valid)
+
+
 def _attend(attn: DraftAttention, x: mx.array, ctx: mx.array, anchors: mx.array) -> mx.array:
     """DraftAttention over many blocks at once; x [N*K, B, D], ctx [N, L, D]."""
     n, k = anchors.shape

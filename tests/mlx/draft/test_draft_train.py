@@ -15,6 +15,7 @@ from omlx.draft.train.data import GenerationSettings, Sample, generate_replies
 from omlx.draft.train.loop_eval import loop_acceptance
 from omlx.draft.train.sizing import draft_config
 from omlx.draft.train.trainer import TrainConfig, Trainer
+from omlx.errors import InvalidRequest
 from tests.mlx.draft.conftest import VOCAB, build_target
 
 BLOCK = 8
@@ -75,10 +76,12 @@ def _mean_tau(target, draft, prompts) -> tuple[float, bool]:
     return sum(lengths) / len(lengths), identical
 
 
-def test_training_lowers_loss_and_raises_tau(distilled, tmp_path):
+# On greedy replies both label kinds are the target's picks (greedy ones recomputed).
+@pytest.mark.parametrize("labels", ["reply", "greedy"])
+def test_training_lowers_loss_and_raises_tau(distilled, tmp_path, labels):
     target, prompts, samples = distilled
     assert all(len(s.reply_ids) == 48 for s in samples)  # no EOS given: full replies
-    trainer = _trainer(target, samples, tmp_path / "draft")
+    trainer = _trainer(target, samples, tmp_path / "draft", labels=labels)
     result = trainer.run()
     evals = [r for r in trainer.state.history if r["kind"] == "eval"]
     first, last = evals[0], evals[-1]
@@ -157,3 +160,8 @@ def test_resume_refuses_another_shape(distilled, tmp_path):
     )
     with pytest.raises(Exception, match="another draft shape"):
         other.resume()
+
+
+def test_unknown_labels_are_refused():
+    with pytest.raises(InvalidRequest, match="labels"):
+        TrainConfig(labels="soft").check()

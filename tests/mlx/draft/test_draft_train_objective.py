@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import mlx.core as mx
 import numpy as np
 import pytest
 
 from omlx.draft.capture import TargetAdapter
 from omlx.draft.random_init import random_draft
 from omlx.draft.train.data import Sample
-from omlx.draft.train.objective import block_hidden, block_loss, make_batch, position_weights
+from omlx.draft.train.objective import (
+    block_hidden,
+    block_loss,
+    greedy_relabel,
+    make_batch,
+    position_weights,
+    target_context_and_greedy,
+)
 from omlx.draft.train.sizing import default_num_layers, draft_config
 from tests.mlx.draft.conftest import VOCAB, build_target
 
@@ -94,3 +102,56 @@ def test_default_depth_follows_the_target():
     assert default_num_layers(30) == 4
     assert default_num_layers(36) == 5
     assert default_num_layers(80) == 5
+
+
+def test_greedy_relabel_keeps_labels_while_the_reply_follows_the_target():
+    target = build_target("llama")
+    cfg = draft_config(target, num_layers=1, block_size=5)
+    adapter = TargetAdapter(target, cfg.target_layer_ids)
+    prompt = [3, 17, 42, 99]
+    # The target's own greedy chain, then the same with a token swapped at reply index 4.
+    chain = list(prompt)
+    for _ in range(10):
+        logits = target(mx.array(chain)[None])[0, -1]
+        chain.append(int(mx.argmax(logits).item()))
+    off = list(chain)
+    off[len(prompt) + 4] = (off[len(prompt) + 4] + 1) % VOCAB
+    samples = [
+        Sample("g", "chat", "train", True, tuple(prompt), tuple(chain[len(prompt) :])),
+        Sample("s", "chat", "train", False, tuple(prompt), tuple(off[len(prompt) :])),
+    ]
+    batch = make_batch(
+        samples,
+        block_size=5,
+        anchors_per_seq=6,
+        mask_token_id=cfg.mask_token_id,
+        rng=np.random.default_rng(0),
+    )
+    hidden, greedy_next = target_context_and_greedy(adapter, batch.tokens, chunk=1)
+    _, want_hidden, _ = adapter.forward(batch.tokens, None, with_logits=False)
+    # chunked and whole-batch forwards differ only by BLAS rounding
+    np.testing.assert_allclose(np.array(hidden), np.array(want_hidden), rtol=1e-4, atol=1e-3)
+    relabelled = greedy_relabel(batch, greedy_next)
+    anchors = np.array(batch.anchors)
+    labels, valid = np.array(relabelled.labels), np.array(relabelled.valid).astype(bool)
+    # The greedy reply: nothing changes.
+    np.testing.assert_array_equal(labels[0], np.array(batch.labels)[0])
+    np.testing.assert_array_equal(valid[0], np.array(batch.valid)[0].astype(bool))
+    # The reply that left the chain at `swapped` (and the tokens after it, the old
+    # chain's, need not be the target's picks either): labels are the target's picks
+    # after the actual tokens, valid while every token between anchor and label was.
+    seq = off
+
+    def pick(pos: int) -> int:
+        return int(mx.argmax(target(mx.array(seq[:pos])[None])[0, -1]).item())
+
+    followed = {t: seq[t] == pick(t) for t in range(len(prompt), len(seq))}
+    assert not followed[len(prompt) + 4]
+    for k, s in enumerate(anchors[1]):
+        for j in range(4):  # block position j + 1 predicts seq[s + j + 1]
+            pos = s + j + 1
+            want = pos < len(seq) and all(followed[t] for t in range(s + 1, pos))
+            assert valid[1, k, j] == want
+            if want:
+                assert labels[1, k, j] == pick(pos)
+    assert valid[1].sum() < np.array(batch.valid)[1].sum()  # some labels were dropped
