@@ -9,7 +9,7 @@ in as it runs.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -341,16 +341,17 @@ class DFlashGenerator:
         stats: DFlashStats,
         num_emitted: int,
         start: float,
-    ) -> Iterator[list[int]]:
+    ) -> Generator[list[int], None, tuple[list[int], mx.array, int]]:
         """Cycles whose next block is drafted while the target verifies this one.
 
         The verify's outcome is also computed on the device (how many drafts are kept,
         and the token after them: by argmax, or by speculative sampling), so the next
-        draft's graph is built and queued before the host reads the verify back: the device verifies
-        while the host builds the next draft, and drafts while the host rolls back and
-        builds the next verify. In `_cycle` the device idles while the host builds each
-        draft and the host idles while the device verifies; on a small target, where a
-        step is mostly the host's graph building and launches, that is most of a cycle.
+        draft's graph is built and queued before the host reads the verify back: the
+        device verifies while the host builds the next draft, and drafts while the host
+        rolls back and builds the next verify. In `_cycle` the device idles while the
+        host builds each draft and the host idles while the device verifies; on a small
+        target, where a step is mostly the host's graph building and launches, that is
+        most of a cycle.
         Greedy, the same tokens as `_cycle` (same argmax, same acceptance rule); sampled,
         the same rule and so the same distribution, with random numbers drawn in another
         order (omlx.draft.sampling.speculative_outcome).
