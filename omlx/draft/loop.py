@@ -353,8 +353,9 @@ class DFlashGenerator:
         target, where a step is mostly the host's graph building and launches, that is
         most of a cycle.
         Greedy, the same tokens as `_cycle` (same argmax, same acceptance rule); sampled,
-        the same rule and so the same distribution, with random numbers drawn in another
-        order (omlx.draft.sampling.speculative_outcome).
+        the same rule (omlx.draft.sampling.speculative_outcome) drawing the same random
+        numbers in the same order, so one seed gives `_cycle`'s tokens too, except in the
+        tail after a dropped draft that sampled.
 
         Runs while a whole block still fits in max_tokens (a draft is built before the
         host knows how many tokens the previous cycle commits). Returns the committed

@@ -95,8 +95,8 @@ def speculative_outcome(
 
     The same rule (draft i kept while u_i * q_i < p_i; the token after them drawn from
     norm(max(p - q, 0)) at the first rejection, from p when every draft was kept), so
-    the emitted tokens are distributed as the target's own samples; only the order in
-    which random numbers are drawn differs from the host version.
+    the emitted tokens are distributed as the target's own samples, and the random
+    numbers are drawn as the host version draws them (the uniforms, then the token).
     """
     n = draft.shape[0]
     vocab = target_probs.shape[-1]

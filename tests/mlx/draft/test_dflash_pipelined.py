@@ -81,3 +81,36 @@ def test_sync_phases_keeps_the_sequential_loop_and_sampling_pipelines(tiny_targe
         tokens = generator.generate(PROMPT, params).run()
         assert len(tokens) == 40
         assert oracle.calls > 0 and (oracle.pipelined_calls > 0) == pipelines
+
+
+@pytest.mark.parametrize("draft_by_argmax", [True, False])
+def test_sampled_pipelined_draws_what_the_sequential_loop_draws(tiny_target, draft_by_argmax):
+    """Both loops draw the same random numbers in the same order (drafts, then the
+    verify's uniforms, then its token), so one seed gives the same tokens (up to the
+    tail, with sampled drafts). The oracle
+    proposes the greedy chain, which sampling at a temperature this low mostly keeps."""
+    _, model = tiny_target
+    cont = plain_generate(model, PROMPT, DFlashParams(max_tokens=60)).tokens
+    from omlx.draft.capture import TargetAdapter
+
+    params = DFlashParams(max_tokens=41, temperature=0.05, draft_by_argmax=draft_by_argmax)
+    runs = {}
+    for pipelined in (False, True):
+        oracle = OracleDrafter(
+            PROMPT, cont, VOCAB, draft_block_size=4, pipelined=True, greedy=False
+        )
+        generator = DFlashGenerator(TargetAdapter(model, (1, 2)), oracle, pipelined=pipelined)
+        mx.random.seed(77)
+        run = generator.generate(PROMPT, params)
+        runs[pipelined] = (run.run(), run.stats.acceptance_lengths)
+        assert (oracle.pipelined_calls > 0) == pipelined
+    if draft_by_argmax:
+        assert runs[True] == runs[False]
+    else:
+        # Sampled drafts draw numbers too, and the pipelined loop drafts once more
+        # before it hands the tail (less than a block left) to the sequential cycle:
+        # the tokens agree up to there.
+        head = params.max_tokens - 4 + 1
+        assert runs[True][0][:head] == runs[False][0][:head]
+    lengths = runs[True][1]
+    assert max(lengths) > 1 and min(lengths) < 4  # drafts kept and drafts rejected
