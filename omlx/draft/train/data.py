@@ -26,7 +26,7 @@ import mlx.nn as nn
 from omlx.draft.sampling import sample_with_temperature
 from omlx.draft.train.prompts import PromptRecord, encode
 from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
-from omlx.platform.device import on_cuda
+from omlx.platform.device import on_cuda, on_gpu
 
 Progress = Callable[[int, int], None]  # (done, total)
 
@@ -194,7 +194,12 @@ def build_dataset(
     eos = list(getattr(tokenizer, "eos_token_ids", None) or [tokenizer.eos_token_id])
     passes = [(True, 0.0)] + [(False, settings.temperature)] * settings.num_sampled
     total = len(prompts) * len(passes)
-    chunk = chunk_size or max(4 * settings.batch_size, 256)
+    # A chunk's replies reach the disk when the whole chunk ends. A GPU writes 1,024 in
+    # a few minutes and keeps its batch full across them; a CPU (~70 tokens/s for
+    # SmolLM2) would need hours, and a run cut short would keep nothing, so there a
+    # chunk is one batch.
+    default_chunk = max(4 * settings.batch_size, 256) if on_gpu() else settings.batch_size
+    chunk = chunk_size or default_chunk
     start = time.perf_counter()
     # Samples are stored in (pass, prompt) order, so the ones on disk are a prefix.
     job = len(samples)

@@ -102,6 +102,24 @@ def test_generation_stops_on_its_budget_and_resumes(tiny_llama_dir, tmp_path):
     assert fresh == rest  # an interrupted run ends with the same data as one that was not
 
 
+def test_on_the_cpu_each_batch_of_replies_reaches_the_disk(tiny_llama_dir, tmp_path):
+    """With no chunk size given, a CPU run cut short by its budget keeps one batch, not
+    a GPU-sized chunk of 256 prompts it would need hours for."""
+    from omlx.draft.train.data import GenerationSettings, build_dataset
+    from omlx.draft.train.prompts import read_prompt_file, select
+    from omlx.mlx_lm_compat import load
+
+    model, tokenizer = load(str(tiny_llama_dir))
+    records = select(read_prompt_file(), split="train", limit=7)
+    settings = GenerationSettings(max_new_tokens=4, batch_size=3)
+    samples, file, _ = build_dataset(
+        model, tokenizer, records, settings, cache_dir=tmp_path, target_id="t",
+        time_budget_s=1e-9,
+    )  # fmt: skip
+    assert len(samples) == 3 and file.name.endswith(".partial.jsonl")
+    assert len(file.read_text().splitlines()) == 3
+
+
 def test_more_sampled_passes_start_from_the_data_of_fewer(tiny_llama_dir, tmp_path):
     from omlx.draft.train import data
     from omlx.draft.train.prompts import read_prompt_file, select
