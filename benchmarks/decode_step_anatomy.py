@@ -4,7 +4,9 @@
         [--batches 1,8,64,128,256] [--prompt 200] [--steps 48] [--paths ...]
         [--out FILE] [--smoke]
 
-A random-weight Qwen3 of a real shape (dflash_bench.build_target). At each batch size B,
+A random-weight Qwen3 of a real shape (dflash_bench.build_target), or with --model a
+real model folder (the default model: what DFlash data generation decodes at 256 rows).
+At each batch size B,
 B random prompts of --prompt tokens are prefilled together, then --steps greedy decode
 steps are timed after a few warm-up steps. Paths:
 
@@ -299,6 +301,7 @@ def summary(rows, batch: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="qwen3-8b")
+    ap.add_argument("--model", default="", help="a model folder instead of a random shape")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--batches", default="1,8,64,128,256")
     ap.add_argument("--prompt", type=int, default=200)
@@ -314,10 +317,18 @@ def main() -> None:
         args.steps, args.prompt = 6, 16
 
     import mlx.core as mx
-    from dflash_bench import SHAPES, build_target
 
-    model = build_target(args.shape, getattr(mx, args.dtype))
-    vocab = SHAPES[args.shape]["vocab_size"]
+    if args.model:  # a real model folder (e.g. the default model, as data generation runs it)
+        from mlx_lm import load
+
+        model, _ = load(args.model)
+        vocab = int(model.args.vocab_size)
+        args.shape, args.dtype = Path(args.model).name, str(model.model.embed_tokens.weight.dtype)
+    else:
+        from dflash_bench import SHAPES, build_target
+
+        model = build_target(args.shape, getattr(mx, args.dtype))
+        vocab = SHAPES[args.shape]["vocab_size"]
     paths = args.paths.split(",")
     for batch in (int(b) for b in args.batches.split(",")):
         mx.random.seed(batch)
