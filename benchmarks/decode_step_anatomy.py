@@ -23,8 +23,9 @@ steps are timed after a few warm-up steps. Paths:
 - loop_nomask: the same with no attention mask (every prompt has the same length here,
   so none is needed): on CUDA that is MLX's fused vector attention, which takes no array
   mask, against the composed fallback that BatchKVCache's array mask forces;
-- loop_folded: `loop` with the masked one-query attention written as two plain batched
-  matmuls, the GQA group folded into the query rows (no broadcast batch dimension);
+- loop_folded: `loop` with omlx's folded attention (`engine.decode_attention = "folded"`,
+  omlx/mlx_lm_compat/decode_attention.py): the masked one-query attention as two plain
+  batched matmuls, the GQA group folded into the query rows;
 - static: the same loop over a fixed-capacity cache (one slice_update per layer at a
   position held in an array, a mask built from it), so every step has the same shapes;
 - compiled: `static` under mx.compile: one traced graph replayed every step.
@@ -163,40 +164,21 @@ def prefill(model, prompts):
     return tokens, cache
 
 
-def folded_attention(queries, keys, values, cache, scale, mask, sinks=None):
-    """One query per row against a boolean mask as two batched matmuls, the GQA group
-    folded into the query rows: [B, kv, group, d] @ [B, kv, d, S], whose batch
-    dimensions collapse into one (no broadcast over the group)."""
-    import mlx.core as mx
-
-    b, heads, n, d = queries.shape
-    kv_heads = keys.shape[1]
-    q = (queries * scale).reshape(b, kv_heads, (heads // kv_heads) * n, d)
-    scores = q @ keys.swapaxes(-1, -2)
-    if mask is not None:
-        scores = mx.where(mask, scores, mx.array(-mx.inf, scores.dtype))
-    probs = mx.softmax(scores, axis=-1, precise=True)
-    return (probs @ values).reshape(b, heads, n, d)
-
-
 @contextlib.contextmanager
 def attention_variant(model, kind):
-    """loop_nomask: caches make no mask; loop_folded: the model module's attention
-    function is `folded_attention` for one-query steps with an array mask."""
-    module = sys.modules[type(model).__module__]
-    original = module.scaled_dot_product_attention
-
-    def folded(queries, keys, values, cache, scale, mask, sinks=None):
-        if queries.shape[2] == 1 and not isinstance(mask, str) and sinks is None:
-            return folded_attention(queries, keys, values, cache, scale, mask)
-        return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
+    """loop_folded: the batched one-query steps take omlx's folded attention
+    (`engine.decode_attention = "folded"`)."""
+    from omlx.mlx_lm_compat.decode_attention import (
+        restore_decode_attention,
+        use_folded_decode_attention,
+    )
 
     if kind == "loop_folded":
-        module.scaled_dot_product_attention = folded
+        use_folded_decode_attention(model)
     try:
         yield
     finally:
-        module.scaled_dot_product_attention = original
+        restore_decode_attention(model)
 
 
 def loop_path(model, prompts, steps, warm, kind, clock):

@@ -2,8 +2,9 @@
 # serving_scale.py on the lent GPU, same-run before/after: this tree's defaults ("auto")
 # against the settings the tree had before (prefill 8 prompts at a time, sub-block prefix
 # reuse on), then copies the step traces to $OUT. The bare generator runs first (it also
-# fills the machine's kernel caches); ORDER=before-first swaps the two HTTP runs, and
-# ORDER=auto-only leaves the "before" run out.
+# fills the machine's kernel caches); ORDER=before-first swaps the two HTTP runs,
+# ORDER=auto-only leaves the "before" run out, and ORDER=folded runs the defaults and then
+# `engine.decode_attention = "folded"` over HTTP (label "folded") instead of "before".
 #   benchmarks/serving_scale_gpu.sh TOKENIZER_DIR WORKDIR [BUDGET_S] [LEVELS]
 set -euo pipefail
 tok=$1 work=$2 budget=${3:-300} levels=${4:-1,32,64,128,256}
@@ -26,6 +27,11 @@ if [ "${ORDER:-auto-first}" = before-first ]; then
         --label auto --budget-s "$budget"
     before omlx_http
     auto omlx_http
+elif [ "${ORDER:-}" = folded ]; then
+    auto bare,omlx_http
+    OMLX_ENGINE__DECODE_ATTENTION=folded python3 benchmarks/serving_scale.py "${common[@]}" \
+        --levels "$levels" --paths omlx_http --label folded --budget-s "$budget"
+    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-folded.jsonl.gz" || true
 else
     auto bare,omlx_http
     [ "${ORDER:-}" = auto-only ] || before omlx_http

@@ -118,6 +118,14 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
         Literal["auto", "float32", "float16", "bfloat16"],
         _doc("Import dtype for the default model; auto = float32 on CPU, 4-bit kept on GPU"),
     ] = "auto"
+    decode_attention: Annotated[
+        Literal["mlx", "folded"],
+        _doc(
+            "Attention of batched decode steps: mlx (MLX's own; with a padding mask on "
+            "CUDA its composed fallback) or folded (two plain matmuls, the GQA group folded "
+            "into the query rows; experimental, see omlx/mlx_lm_compat/decode_attention.py)"
+        ),
+    ] = "mlx"
 
     def prefill_rows(self, cuda: bool) -> int:
         """prefill_batch_size with auto (0) resolved for the device."""
