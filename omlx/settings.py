@@ -213,7 +213,14 @@ def _off_on_cuda(value: bool | Literal["auto"], cuda: bool) -> bool:
 class DraftSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     model: Annotated[str, _doc("Model served with a DFlash draft")] = ""
     path: Annotated[str, _doc("DFlash draft checkpoint folder")] = ""
-    block_size: Annotated[int, _doc("DFlash draft block size"), msgspec.Meta(ge=2)] = 16
+    block_size: Annotated[
+        int,
+        _doc(
+            "DFlash draft block size; 0 = auto: the draft's own on a GPU, at most 4 on a CPU "
+            "(a CPU verify costs more the wider it is)"
+        ),
+        msgspec.Meta(ge=0),
+    ] = 0
     max_context_tokens: Annotated[
         int, _doc("Longer prompts use the normal batched path"), msgspec.Meta(ge=1)
     ] = 8192

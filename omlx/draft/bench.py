@@ -14,10 +14,12 @@ import mlx.nn as nn
 
 from omlx.draft.baseline import plain_generate
 from omlx.draft.capture import TargetAdapter
+from omlx.draft.config import serving_block_size
 from omlx.draft.loop import DFlashGenerator, DFlashParams
 from omlx.draft.model import DFlashDraftModel, load_draft
 from omlx.draft.random_init import draft_config_for, random_draft
 from omlx.errors import InvalidRequest
+from omlx.platform.device import on_gpu
 
 DEFAULT_PROMPTS = (
     "Write a Python function that returns the n-th Fibonacci number.",
@@ -181,7 +183,7 @@ def run_bench(
         draft_by_argmax=draft_by_argmax,
         eos_token_ids=tuple(tokenizer.eos_token_ids),
     )
-    report = compare(
-        model, make_draft(model, draft), prompts, params, draft_block_size=draft_block_size
-    )
+    draft_model = make_draft(model, draft)
+    block = draft_block_size or serving_block_size(draft_model.config.block_size, gpu=on_gpu())
+    report = compare(model, draft_model, prompts, params, draft_block_size=block)
     return {"model": str(model_path), "draft": draft, **report.to_dict()}

@@ -10,6 +10,17 @@ from typing import Any
 from omlx.errors import DraftMismatch, InvalidRequest
 
 DEFAULT_DRAFT_BLOCK_SIZE = 16
+# On a CPU a verify costs more the wider it is (SmolLM2, float32, 2 cores: 77 ms for one
+# token, 92 for 4, 150 for 16), so a draft of τ ≈ 2 decodes fastest there in blocks of 4
+# (1.30x plain, against 1.17x with 3 and 1.21x with 5, one run: benchmarks/results/
+# dflash_blocks_cpu.jsonl); a GPU verifies 16 tokens for about the cost of one.
+CPU_DRAFT_BLOCK_SIZE = 4
+
+
+def serving_block_size(trained: int, *, gpu: bool) -> int:
+    """The block a draft decodes with when none is set: the one it was trained with on a
+    GPU, at most CPU_DRAFT_BLOCK_SIZE on a CPU."""
+    return trained if gpu else min(trained, CPU_DRAFT_BLOCK_SIZE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from omlx.draft.bench import make_draft
+from omlx.draft.config import serving_block_size
 from omlx.draft.grammar import TokenGrammar
 from omlx.draft.loop import DFlashGenerator, DFlashParams
 from omlx.draft.model import DFlashDraftModel
 from omlx.draft.stats import DFlashStats
+from omlx.platform.device import on_gpu
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +69,7 @@ class DFlashPath:
         """From the `[draft]` settings section (path, block_size, max_context_tokens)."""
         return cls(
             draft.path,
-            draft_block_size=draft.block_size,
+            draft_block_size=draft.block_size or None,
             max_context_tokens=draft.max_context_tokens,
         )
 
@@ -121,8 +123,11 @@ class DFlashPath:
                 # "random": an untrained draft sized for the target (tests, benchmarks).
                 self._draft = make_draft(model, str(self.draft_path))
                 log.info("loaded DFlash draft %s", self.draft_path)
+            block = self.draft_block_size or serving_block_size(
+                self._draft.config.block_size, gpu=on_gpu()
+            )
             self._generator = DFlashGenerator.from_models(
-                model, self._draft, draft_block_size=self.draft_block_size
+                model, self._draft, draft_block_size=block
             )
             self._model_id = id(model)
         return self._generator

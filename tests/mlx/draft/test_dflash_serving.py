@@ -68,3 +68,21 @@ def test_concurrent_requests_take_one_dflash_slot_at_most(model_and_draft):
     served = [r.done.served_by for r in results]
     assert served.count("dflash") <= 1
     assert all(r.done.completion_tokens == 8 for r in results)
+
+
+def test_unset_block_size_is_the_drafts_own_on_a_gpu_and_at_most_4_on_a_cpu(model_and_draft):
+    import mlx.core as mx
+
+    from omlx.draft.config import serving_block_size
+    from omlx.settings import DraftSettings
+
+    assert serving_block_size(16, gpu=True) == 16
+    assert serving_block_size(16, gpu=False) == 4
+    assert serving_block_size(2, gpu=False) == 2
+    model_dir, draft_dir = model_and_draft
+    target, _ = load(str(model_dir))
+    on_this_device = 16 if mx.default_device().type == mx.DeviceType.gpu else 4
+    auto = DFlashPath.from_settings(DraftSettings(path=str(draft_dir)))
+    assert auto._generator_for(target).drafter.draft_block_size == on_this_device
+    pinned = DFlashPath.from_settings(DraftSettings(path=str(draft_dir), block_size=8))
+    assert pinned._generator_for(target).drafter.draft_block_size == 8
