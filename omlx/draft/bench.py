@@ -127,7 +127,7 @@ def compare(
 
     `sync_phases` waits for the device after each phase, for a time split that is the
     device's (slower: draft and verify no longer overlap); `pipelined=False` keeps
-    greedy cycles sequential (the loop before drafting from unread verifies)."""
+    every cycle sequential (the loop before drafting from unread verifies)."""
     generator = DFlashGenerator.from_models(
         model,
         draft,
