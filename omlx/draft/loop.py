@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -362,7 +362,7 @@ class DFlashGenerator:
         tokens, the context rows not yet given to the drafter, and the tokens emitted,
         for `_cycle` to finish the request.
         """
-        drafter: Any = self.drafter
+        drafter = cast(PipelinedDrafter, self.drafter)  # _pipelines checked can_pipeline
         size = drafter.draft_block_size
         t0 = time.perf_counter()
         draft = self._draft_tokens(drafter.propose(committed, context), params, mask)
