@@ -107,6 +107,12 @@ class ThreadGovernor:
                 self._busy_engines[engine] = time.monotonic()
             else:
                 self._busy_engines.pop(engine, None)
+        self.start()
+
+    def start(self) -> None:
+        """Start sampling (idempotent). Engines start it with their first tick; a batch
+        job (`omlx draft train`) that has no engine loop calls it once."""
+        with self._lock:
             if self._thread is None and self.background:
                 self._thread = threading.Thread(
                     target=self._run, name="omlx-blas-threads", daemon=True

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from omlx.platform import blas
+from omlx.platform import blas, blas_threads
 from omlx.platform.blas_threads import (
     GROW_AFTER_SAMPLES,
     CpuSample,
@@ -112,3 +114,27 @@ def test_first_switch_is_logged_at_info_later_ones_at_debug(caplog) -> None:
     switches = [r for r in caplog.records if "BLAS threads" in r.getMessage()]
     assert applied == [2, 1, 2]
     assert [r.levelno for r in switches] == [logging.INFO, logging.DEBUG, logging.DEBUG]
+
+
+def test_a_batch_job_starts_sampling_without_an_engine_tick(monkeypatch) -> None:
+    """`omlx draft train` has no engine loop: start() alone lets the count grow."""
+    monkeypatch.setattr(blas_threads, "SAMPLE_EVERY_S", 0.01)
+    samples = iter([0.0] * 100)
+    applied: list[int] = []
+    t = {"wall": 0.0, "busy": 0.0}
+
+    def sample() -> CpuSample:
+        t["wall"] += 0.01
+        t["busy"] += 0.01 * next(samples)
+        return CpuSample(wall_s=t["wall"], machine_busy_s=t["busy"], own_s=0.0)
+
+    gov = ThreadGovernor(applied.append, num_cores=2, current=1, sample=sample)
+    gov.start()
+    gov.start()  # idempotent: one sampling thread
+    assert gov._thread is not None and gov._thread.is_alive()
+    threads = [th for th in threading.enumerate() if th.name == "omlx-blas-threads"]
+    assert threads.count(gov._thread) == 1
+    deadline = time.monotonic() + 10.0
+    while not applied and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert applied == [2]

@@ -49,7 +49,14 @@ def train_draft(
 ) -> dict[str, Any]:
     """Train a DFlash draft for the model folder `target_path` into `out`."""
     from omlx.mlx_lm_compat import load
+    from omlx.platform.blas_threads import process_governor
 
+    # On a Linux CPU the omlx entry point starts OpenBLAS on one thread fewer than cores
+    # (a server needs one for itself); a batch job has no such thread, so the governor
+    # may use every core while the rest of the machine stays idle.
+    governor = process_governor()
+    if governor is not None:
+        governor.start()
     generation = generation or GenerationSettings()
     training = training or TrainConfig()
     training.check()
