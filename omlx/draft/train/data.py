@@ -80,7 +80,14 @@ def cache_key(
 
 def read_samples(path: Path) -> list[Sample]:
     samples = []
-    for line in path.read_text().splitlines():
+    text = path.read_text()
+    if path.name.endswith(".partial.jsonl") and not text.endswith("\n"):
+        # A run killed mid-append leaves a torn last line: drop it from the file too, so
+        # the next append starts on a line of its own.
+        text = text[: text.rfind("\n") + 1]
+        with path.open("r+b") as f:
+            f.truncate(len(text.encode()))
+    for line in text.splitlines():
         raw = json.loads(line)
         raw["prompt_ids"] = tuple(raw["prompt_ids"])
         raw["reply_ids"] = tuple(raw["reply_ids"])
@@ -96,8 +103,12 @@ def generate_replies(
     *,
     temperature: float = 0.0,
     progress: Progress | None = None,
+    on_reply: Callable[[int, list[int]], None] | None = None,
 ) -> list[list[int]]:
-    """One reply per prompt from the target, batched; EOS kept when it comes."""
+    """One reply per prompt from the target, batched; EOS kept when it comes.
+
+    `on_reply(i, reply)` is called as the reply to `prompts[i]` ends (in any order).
+    """
 
     def sampler(logprobs: mx.array) -> mx.array:
         return sample_with_temperature(logprobs, temperature)
@@ -117,6 +128,7 @@ def generate_replies(
     try:
         uids = gen.insert([list(p) for p in prompts])
         replies: dict[int, list[int]] = {uid: [] for uid in uids}
+        index = {uid: i for i, uid in enumerate(uids)}
         done = idle = 0
         while done < len(uids):
             # A step where only primed rows join reports no token (see batch_join).
@@ -128,6 +140,8 @@ def generate_replies(
                 replies[r.uid].append(int(r.token))
                 if r.finish_reason is not None:
                     done += 1
+                    if on_reply:
+                        on_reply(index[r.uid], replies[r.uid])
                     if progress:
                         progress(done, len(uids))
     finally:
@@ -139,6 +153,34 @@ def _append_samples(path: Path, samples: Sequence[Sample]) -> None:
     with path.open("a") as f:
         for s in samples:
             f.write(json.dumps(asdict(s)) + "\n")
+
+
+class _PrefixWriter:
+    """Appends a chunk's samples to the partial file as soon as they form a prefix.
+
+    Replies end in any order; the file must stay a prefix of the (pass, prompt) order, so
+    each finished reply waits until every earlier one of its chunk is written. A run
+    killed mid-chunk then keeps what had reached the disk instead of the whole chunk's
+    loss.
+    """
+
+    def __init__(self, path: Path, make: Callable[[int, list[int]], Sample], size: int) -> None:
+        self.path, self.make, self.size = path, make, size
+        self.samples: list[Sample] = []
+        self._pending: dict[int, Sample] = {}
+
+    def add(self, i: int, reply: list[int]) -> None:
+        self._pending[i] = self.make(i, reply)
+        ready = []
+        while len(self.samples) + len(ready) in self._pending:
+            ready.append(self._pending.pop(len(self.samples) + len(ready)))
+        if ready:
+            _append_samples(self.path, ready)
+            self.samples += ready
+
+    def check_complete(self) -> None:
+        if len(self.samples) != self.size:
+            raise RuntimeError(f"{self.size - len(self.samples)} replies of a chunk never ended")
 
 
 def _start_from_fewer_passes(
@@ -194,11 +236,12 @@ def build_dataset(
     eos = list(getattr(tokenizer, "eos_token_ids", None) or [tokenizer.eos_token_id])
     passes = [(True, 0.0)] + [(False, settings.temperature)] * settings.num_sampled
     total = len(prompts) * len(passes)
-    # A chunk's replies reach the disk when the whole chunk ends. A GPU writes 1,024 in
-    # a few minutes and keeps its batch full across them; a CPU (~70 tokens/s for
-    # SmolLM2) would need hours, and a run cut short would keep nothing, so there a
-    # chunk is one batch.
-    default_chunk = max(4 * settings.batch_size, 256) if on_gpu() else settings.batch_size
+    # Replies reach the disk as they end (in prompt order), so a chunk only sets how long
+    # the batch stays full (it drains at a chunk's end), how often the time budget is
+    # looked at, and the random seeds. A GPU writes 1,024 replies in a few minutes; a
+    # CPU (~100 tokens/s for SmolLM2 at 256 streams) needs an hour, so there a chunk is
+    # two batches, and a budget overruns by less.
+    default_chunk = max(4 * settings.batch_size, 256) if on_gpu() else 2 * settings.batch_size
     chunk = chunk_size or default_chunk
     start = time.perf_counter()
     # Samples are stored in (pass, prompt) order, so the ones on disk are a prefix.
@@ -206,23 +249,32 @@ def build_dataset(
     while job < total and time_budget_s != 0:
         pass_index, first = divmod(job, len(prompts))
         greedy, temperature = passes[pass_index]
-        last = min(first + chunk, len(prompts))
+        # Chunks keep their boundaries when a killed run resumes inside one, so every
+        # later chunk draws what an uninterrupted run would.
+        last = min((first // chunk + 1) * chunk, len(prompts))
         mx.random.seed(settings.seed + 1_000_003 * pass_index + first)
 
         def report(done: int, _total: int, offset: int = job) -> None:
             if progress:
                 progress(offset + done, total)
 
-        replies = generate_replies(
-            model, prompts[first:last], eos, settings, temperature=temperature, progress=report
+        def make(i: int, reply: list[int], first: int = first, greedy: bool = greedy) -> Sample:
+            r, ids = records[first + i], tuple(prompts[first + i])
+            return Sample(r.id, r.category, r.split, greedy, ids, tuple(reply))
+
+        writer = _PrefixWriter(partial, make, last - first)
+        generate_replies(
+            model,
+            prompts[first:last],
+            eos,
+            settings,
+            temperature=temperature,
+            progress=report,
+            on_reply=writer.add,
         )
-        new = [
-            Sample(r.id, r.category, r.split, greedy, tuple(ids), tuple(reply))
-            for r, ids, reply in zip(records[first:last], prompts[first:last], replies, strict=True)
-        ]
-        _append_samples(partial, new)
-        samples += new
-        job += len(new)
+        writer.check_complete()
+        samples += writer.samples
+        job += len(writer.samples)
         if time_budget_s is not None and time.perf_counter() - start >= time_budget_s:
             break
     if log:

@@ -102,9 +102,9 @@ def test_generation_stops_on_its_budget_and_resumes(tiny_llama_dir, tmp_path):
     assert fresh == rest  # an interrupted run ends with the same data as one that was not
 
 
-def test_on_the_cpu_each_batch_of_replies_reaches_the_disk(tiny_llama_dir, tmp_path):
-    """With no chunk size given, a CPU run cut short by its budget keeps one batch, not
-    a GPU-sized chunk of 256 prompts it would need hours for."""
+def test_on_the_cpu_a_chunk_is_two_batches(tiny_llama_dir, tmp_path):
+    """With no chunk size given, a CPU run cut short by its budget stops after two
+    batches, not a GPU-sized chunk of 1,024 prompts it would need hours for."""
     from omlx.draft.train.data import GenerationSettings, build_dataset
     from omlx.draft.train.prompts import read_prompt_file, select
     from omlx.mlx_lm_compat import load
@@ -116,8 +116,60 @@ def test_on_the_cpu_each_batch_of_replies_reaches_the_disk(tiny_llama_dir, tmp_p
         model, tokenizer, records, settings, cache_dir=tmp_path, target_id="t",
         time_budget_s=1e-9,
     )  # fmt: skip
-    assert len(samples) == 3 and file.name.endswith(".partial.jsonl")
-    assert len(file.read_text().splitlines()) == 3
+    assert len(samples) == 6 and file.name.endswith(".partial.jsonl")
+    assert len(file.read_text().splitlines()) == 6
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_a_run_killed_mid_chunk_keeps_its_finished_replies(tiny_llama_dir, tmp_path):
+    """Replies reach the disk as they end; a torn last line is dropped on resume; the
+    chunks after the interrupted one draw what an uninterrupted run draws."""
+    from omlx.draft.train import data
+    from omlx.draft.train.prompts import read_prompt_file, select
+    from omlx.mlx_lm_compat import load
+
+    model, tokenizer = load(str(tiny_llama_dir))
+    records = select(read_prompt_file(), split="train", limit=5)
+    settings = data.GenerationSettings(max_new_tokens=4, num_sampled=1, batch_size=4)
+    real = data.generate_replies
+
+    def build(folder, kill_after=None):
+        def killing(*args, on_reply, **kwargs):
+            def counted(i, reply):
+                on_reply(i, reply)
+                calls.append(i)
+                if len(calls) == kill_after:
+                    raise _Killed
+
+            return real(*args, on_reply=counted, **kwargs)
+
+        calls: list[int] = []
+        with pytest.MonkeyPatch.context() as mp:
+            if kill_after is not None:
+                mp.setattr(data, "generate_replies", killing)
+            return data.build_dataset(
+                model, tokenizer, records, settings, cache_dir=folder, target_id="t",
+                chunk_size=4,
+            )  # fmt: skip
+
+    fresh, _, _ = build(tmp_path / "fresh")
+    folder = tmp_path / "killed"
+    with pytest.raises(_Killed):
+        build(folder, kill_after=7)  # passes of 5: the sampled pass's second reply
+    (partial,) = folder.glob("*.partial.jsonl")
+    kept = data.read_samples(partial)
+    assert 6 <= len(kept) < 10 and kept == fresh[: len(kept)]
+    with partial.open("a") as f:
+        f.write('{"prompt_id": "torn')  # what a kill inside a write leaves
+    resumed, file, _ = build(folder)
+    assert not file.name.endswith(".partial.jsonl") and len(resumed) == 10
+    assert resumed[: len(kept)] == kept
+    assert resumed[:5] == fresh[:5]  # the greedy pass: the same replies either way
+    assert resumed[9:] == fresh[9:]  # the next chunk: its own seed, as in a fresh run
+    assert [s.prompt_id for s in resumed] == [r.id for r in records] * 2
 
 
 def test_more_sampled_passes_start_from_the_data_of_fewer(tiny_llama_dir, tmp_path):
