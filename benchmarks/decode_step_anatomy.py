@@ -18,6 +18,9 @@ steps are timed after a few warm-up steps. Paths:
 - fused_sampled: fused_bias sampled at temperature 1 (omlx's shared sampler), as an HTTP
   request that sets no temperature;
 - fused_ragged: fused_sampled with prompt lengths spread over +-8 tokens (left padding);
+- fused_bias_norm, fused_sampled_norm: fused_bias and fused_sampled with the logits
+  normalised every step, as before omlx's samplers took raw logits (batch_join's
+  `takes_logits`): what the skipped log-softmax saved;
 - loop: a bare pipelined loop over mlx-lm's model and BatchKVCache (argmax only): the
   step graph is built, queued with async_eval, then the previous step's tokens are read;
 - loop_nomask: the same with no attention mask (every prompt has the same length here,
@@ -62,6 +65,8 @@ PATHS = (
     "fused_bias",
     "fused_sampled",
     "fused_ragged",
+    "fused_bias_norm",
+    "fused_sampled_norm",
     "loop",
     "loop_nomask",
     "loop_folded",
@@ -239,12 +244,15 @@ def generator_path(model, prompts, steps, warm, kind, clock):
         from mlx_lm.generate import BatchGenerator as cls
     gen = cls(model, stream=mx.new_stream(mx.default_device()), prefill_batch_size=len(prompts))
     extra = {}
-    if kind in ("fused_bias", "fused_sampled", "fused_ragged"):
+    if kind != "fused" and kind.startswith("fused"):
         params = SamplingParams(temperature=0.0, logit_bias={0: -100.0, 1: -100.0})
-        if kind != "fused_bias":
+        if not kind.startswith("fused_bias"):
             params = SamplingParams(temperature=1.0, logit_bias=params.logit_bias)
         vocab = model.args.vocab_size
-        extra["samplers"] = [make_sampler(params, vocab) for _ in prompts]
+        sampler = make_sampler(params, vocab)
+        if kind.endswith("_norm"):  # unmarked, so the batch normalises (one shared object)
+            sampler = (lambda inner: lambda x: inner(x))(sampler)
+        extra["samplers"] = [sampler for _ in prompts]
         extra["logits_processors"] = [make_logits_processors(params, 0) for _ in prompts]
     if kind == "fused_ragged":
         prompts = [p[: len(p) - (i * 7) % 17] for i, p in enumerate(prompts)]
@@ -294,6 +302,9 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny shape, small batches")
     ap.add_argument("--kernels", action="store_true", help="device kernel time (CUDA)")
     args = ap.parse_args()
+    from omlx.platform.blas import reexec_with_blas
+
+    reexec_with_blas()  # the BLAS `omlx serve` runs on; a no-op on CUDA
     if args.smoke:
         args.shape, args.dtype, args.batches = "tiny", "float32", "1,4"
         args.steps, args.prompt = 6, 16

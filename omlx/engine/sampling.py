@@ -12,17 +12,24 @@ from collections.abc import Callable
 import mlx.core as mx
 
 from omlx.engine.api import SamplingParams
-from omlx.mlx_lm_compat import apply_min_p, apply_top_k, apply_top_p, greedy_sampler
+from omlx.mlx_lm_compat import apply_min_p, apply_top_k, apply_top_p
+from omlx.mlx_lm_compat.batch_join import row_logprobs, takes_logits
 
 Sampler = Callable[[mx.array], mx.array]
 LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
 
 
+@takes_logits
+def greedy_sampler(logits: mx.array) -> mx.array:
+    return mx.argmax(logits, axis=-1)
+
+
 def make_sampler(params: SamplingParams, vocab_size: int) -> Sampler:
-    """Greedy requests share mlx-lm's one greedy sampler, and unseeded requests with equal
+    """Greedy requests share one greedy sampler, and unseeded requests with equal
     settings share one sampler too, so a batch of them samples in one call (GenerationBatch
     takes the batched path only when every row has the same sampler object). A seeded
-    request gets its own PRNG key, hence its own sampler."""
+    request gets its own PRNG key, hence its own sampler. Only top-p reads probabilities
+    (it exponentiates), so only its samplers need the batch's logits normalised."""
     params = params.with_defaults({})  # the engine filled unset fields; any left are neutral
     if params.is_greedy:
         return greedy_sampler
@@ -68,7 +75,7 @@ def _sampler(
         key[0], sub = mx.random.split(key[0])
         return mx.random.categorical(logprobs * inv_temp, key=sub)
 
-    return sample
+    return sample if 0 < top_p < 1.0 else takes_logits(sample)
 
 
 def make_logits_processors(params: SamplingParams, num_prompt_tokens: int) -> list[LogitsProcessor]:
@@ -147,7 +154,10 @@ def forcing_processor(next_forced: Callable[[], int | None]) -> LogitsProcessor:
 def token_logprobs(
     logprobs: mx.array, token: int, top_n: int
 ) -> tuple[float, list[tuple[int, float]]]:
-    """The chosen token's log-prob and the top_n alternatives, as Python values."""
+    """The chosen token's log-prob and the top_n alternatives, as Python values.
+
+    `logprobs` is a batch response's row, normalised or not (see `row_logprobs`)."""
+    logprobs = row_logprobs(logprobs)
     chosen = logprobs[token].item()
     if top_n <= 0:
         return chosen, []

@@ -35,7 +35,7 @@ from mlx_lm.models.cache import (
     make_prompt_cache,
 )
 from mlx_lm.models.rope_utils import initialize_rope
-from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, greedy_sampler
+from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
 CHECKED_VERSIONS = ("0.32.2",)
 
@@ -74,7 +74,6 @@ __all__ = [
     "apply_top_k",
     "apply_top_p",
     "generate_step",
-    "greedy_sampler",
     "initialize_rope",
     "installed_version",
     "load",

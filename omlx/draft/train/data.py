@@ -25,7 +25,7 @@ import mlx.nn as nn
 
 from omlx.draft.sampling import sample_with_temperature
 from omlx.draft.train.prompts import PromptRecord, encode
-from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
+from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator, takes_logits
 from omlx.platform.device import on_cuda, on_gpu
 
 Progress = Callable[[int, int], None]  # (done, total)
@@ -110,8 +110,9 @@ def generate_replies(
     `on_reply(i, reply)` is called as the reply to `prompts[i]` ends (in any order).
     """
 
-    def sampler(logprobs: mx.array) -> mx.array:
-        return sample_with_temperature(logprobs, temperature)
+    @takes_logits  # an argmax or a categorical draw: the batch need not normalise
+    def sampler(logits: mx.array) -> mx.array:
+        return sample_with_temperature(logits, temperature)
 
     # The serving engine's generator: a finished reply's slot is refilled without a
     # forward pass of its own. On CUDA, where a wide prefill costs about what a narrow one

@@ -225,3 +225,34 @@ def test_a_row_with_a_context_processor_keeps_the_per_row_path(model):
     CountingBias.calls = 0
     got = run_biased(FusedJoinBatchGenerator, model, rows)
     assert got == ref and CountingBias.calls > 0
+
+
+def test_rows_of_raw_logit_samplers_are_not_normalised_and_read_back_equal(model):
+    """With every row's sampler marked `takes_logits` the step skips the log-softmax;
+    `row_logprobs` then gives what the normalised step gives, and the tokens are equal."""
+    from omlx.mlx_lm_compat.batch_join import row_logprobs, takes_logits
+
+    def argmax(x):
+        return mx.argmax(x, axis=-1)
+
+    def collect(sampler):
+        gen = FusedJoinBatchGenerator(model, completion_batch_size=4, prefill_batch_size=2)
+        gen.insert([[5, 9, 14], [8, 1, 4, 2]], max_tokens=[6, 6], samplers=[sampler, sampler])
+        rows: dict[int, list] = {}
+        while len(rows) < 2 or any(len(v) < 6 for v in rows.values()):
+            _, responses = gen.next()
+            for r in responses:
+                rows.setdefault(r.uid, []).append((r.token, r.logprobs))
+        gen.close()
+        return [rows[uid] for uid in sorted(rows)]
+
+    normalised = collect(argmax)
+    raw = collect(takes_logits(lambda x: mx.argmax(x, axis=-1)))
+    shifted = False
+    for ref_row, raw_row in zip(normalised, raw, strict=True):
+        assert [t for t, _ in ref_row] == [t for t, _ in raw_row]
+        for (_, ref_lp), (_, raw_lp) in zip(ref_row[1:], raw_row[1:], strict=True):
+            shifted |= abs(mx.logsumexp(raw_lp).item()) > 1e-3  # really left unnormalised
+            assert mx.allclose(row_logprobs(raw_lp), ref_lp, atol=1e-5).item()
+            assert mx.allclose(row_logprobs(ref_lp), ref_lp, atol=1e-5).item()
+    assert shifted
