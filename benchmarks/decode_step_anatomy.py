@@ -128,19 +128,31 @@ class KernelClock:
         if torch.cuda.is_available():
             self._prof = profile(activities=[ProfilerActivity.CUDA])
 
+    # Untried on the lent GPU so far: a profiler that fails records why and the timed
+    # steps go on without it, so one device call still brings the step times back.
+    error = ""
+
     def start(self) -> None:
         if self._prof is not None:
-            self._prof.__enter__()
+            try:
+                self._prof.__enter__()
+            except Exception as e:
+                self.error, self._prof = f"start: {e!r}"[:300], None
 
     def stop(self) -> None:
         if self._prof is None:
             return
-        self._prof.__exit__(None, None, None)
-        for e in self._prof.events():
-            if e.device_type.name == "CUDA":
-                self.kernels.append((e.name, e.time_range.start, e.time_range.end))
+        try:
+            self._prof.__exit__(None, None, None)
+            for e in self._prof.events():
+                if e.device_type.name == "CUDA":
+                    self.kernels.append((e.name, e.time_range.start, e.time_range.end))
+        except Exception as e:
+            self.error = f"stop: {e!r}"[:300]
 
     def summary(self, steps: int) -> dict:
+        if self.error:
+            return {"kernels_error": self.error}
         if not self.kernels:
             return {}
         busy, end = 0.0, float("-inf")
