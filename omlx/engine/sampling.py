@@ -1,7 +1,8 @@
 """Per-request samplers and logits processors for one shared batch (engine thread, MLX).
 
-mlx-lm's GenerationBatch calls each sequence's sampler on its own row of log-probs,
-so requests with different settings (and seeds) decode in the same batch.
+mlx-lm's GenerationBatch calls each sequence's sampler on its own row of log-probs (raw
+logits when every row's sampler is marked `takes_logits`), so requests with different
+settings (and seeds) decode in the same batch.
 """
 
 from __future__ import annotations
