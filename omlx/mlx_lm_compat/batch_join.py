@@ -27,6 +27,8 @@ import numpy as np
 from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch
 from mlx_lm.models.cache import BatchKVCache
 
+from omlx.mlx_lm_compat.slot_cache import SlotKVCache, swap_remove_order
+
 # A sampler with this attribute set to True gives the same draws for logits shifted by a
 # per-row constant (argmax, temperature, min-p, top-k), so the batch may hand it raw
 # logits. A row's `Response.logprobs` are then unnormalised: read them through
@@ -187,14 +189,30 @@ class PrimedGenerationBatch(GenerationBatch):
         return self._bias or None
 
     def extend(self, batch: GenerationBatch) -> None:
+        self._adopt_slot_caches()
         super().extend(batch)
+        self._adopt_slot_caches()  # an empty batch takes the joining batch's caches
         self._primed.extend(getattr(batch, "_primed", [False] * len(batch.uids)))
         self._bias = None
 
     def filter(self, keep: list[int]) -> None:
+        # Rows leave by swap-remove (slot_cache): the per-row lists follow the same order.
+        if keep and self._adopt_slot_caches():
+            keep = swap_remove_order(keep)
+            # The step in flight reads the caches through views; until it is done, MLX
+            # would copy whole arrays to move a row instead of moving it in place.
+            if self._next_tokens is not None:
+                mx.eval(self._next_tokens)
         super().filter(keep)
         self._primed = [self._primed[i] for i in keep]
         self._bias = None
+
+    def _adopt_slot_caches(self) -> bool:
+        """Whether every layer's cache is (now) a slot cache; other kinds (rotating,
+        recurrent) keep mlx-lm's own filter and row order."""
+        max_rows = getattr(self, "max_rows", 0)
+        caches = [SlotKVCache.adopt(c, max_rows) for c in self.prompt_cache]
+        return bool(caches) and all(isinstance(c, SlotKVCache) for c in caches)
 
     def next(self) -> list[GenerationBatch.Response]:
         if not any(self._primed):
@@ -335,6 +353,8 @@ class FusedJoinBatchGenerator(BatchGenerator):
             self.model, self.sampler, prefill_step_size=self.prefill_step_size
         )
         self._generation_batch = PrimedGenerationBatch.empty(self.model, self.sampler)
+        # The most rows the running batch ever holds: slot caches grow up to it.
+        self._generation_batch.max_rows = self.completion_batch_size
 
     @property
     def sync_s(self) -> float:

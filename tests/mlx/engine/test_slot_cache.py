@@ -1,0 +1,103 @@
+"""SlotKVCache: rows leave and join in place, and every live row reads what mlx-lm's
+BatchKVCache holds for it after the same operations."""
+
+from __future__ import annotations
+
+import random
+
+import mlx.core as mx
+import pytest
+from mlx_lm.models.cache import BatchKVCache
+
+from omlx.mlx_lm_compat.slot_cache import SlotKVCache, swap_remove_order
+
+H, D = 2, 4
+
+
+def _prompt_cache(lengths: list[int], seed: int) -> BatchKVCache:
+    """A left-padded prompt batch, as mlx-lm's prefill leaves it."""
+    longest = max(lengths)
+    cache = BatchKVCache([longest - n for n in lengths])
+    k = mx.random.normal((len(lengths), H, longest, D), key=mx.random.key(seed))
+    v = mx.random.normal((len(lengths), H, longest, D), key=mx.random.key(seed + 1))
+    cache.update_and_fetch(k, v)
+    return cache
+
+
+def _rows(cache: BatchKVCache) -> list[tuple[list, list]]:
+    """Each live row's keys and values from its first real position on."""
+    keys, values = cache.keys_and_values()
+    pads = cache.left_padding.tolist()
+    assert cache.offset.tolist() == [cache._idx - p for p in pads]
+    return [(keys[i, :, p:].tolist(), values[i, :, p:].tolist()) for i, p in enumerate(pads)]
+
+
+def test_swap_remove_order_moves_only_rows_from_the_tail() -> None:
+    assert swap_remove_order([0, 1, 2]) == [0, 1, 2]
+    assert swap_remove_order([1, 2]) == [2, 1]
+    assert swap_remove_order([0, 2, 3, 5]) == [0, 5, 2, 3]
+    assert sorted(swap_remove_order([4, 7, 1])) == [1, 4, 7]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_joins_leaves_and_steps_match_mlx_lm(seed) -> None:
+    rng = random.Random(seed)
+    ref = _prompt_cache([5, 3, 7], seed)
+    slot = SlotKVCache.adopt(_prompt_cache([5, 3, 7], seed))
+    ref.step = slot.step = 16  # grow often
+    order = [0, 1, 2]  # slot row -> reference row
+    for t in range(40):
+        n = len(order)
+        op = rng.random()
+        if op < 0.25 and n > 1:
+            gone = rng.randrange(n)
+            keep = [i for i in range(n) if i != gone]
+            moved = swap_remove_order(keep)
+            slot.filter(moved)
+            ref_keep = sorted(order[i] for i in keep)
+            ref.filter(ref_keep)
+            order = [ref_keep.index(order[i]) for i in moved]
+        elif op < 0.5:
+            lengths = [rng.randint(1, 6) for _ in range(rng.randint(1, 3))]
+            ref.extend(_prompt_cache(lengths, 100 * seed + t))
+            slot.extend(_prompt_cache(lengths, 100 * seed + t))
+            order += list(range(len(ref_rows := order), len(ref_rows) + len(lengths)))
+        k = mx.random.normal((len(order), H, 1, D), key=mx.random.key(1000 * seed + t))
+        v = mx.random.normal((len(order), H, 1, D), key=mx.random.key(2000 * seed + t))
+        inv = [order.index(r) for r in range(len(order))]
+        ref.update_and_fetch(k[mx.array(inv)], v[mx.array(inv)])
+        slot.update_and_fetch(k, v)
+        got, want = _rows(slot), _rows(ref)
+        assert [got[order.index(r)] for r in range(len(order))] == want, t
+
+
+def test_leaving_and_joining_keep_the_arrays(monkeypatch) -> None:
+    """A leave and a join that fit the slots write rows, never regather the cache."""
+    cache = SlotKVCache.adopt(_prompt_cache([4, 4, 4, 4], 0))
+    cache.update_and_fetch(mx.zeros((4, H, 1, D)), mx.zeros((4, H, 1, D)))
+    gathered = []
+    real = SlotKVCache._gather_rows
+    monkeypatch.setattr(SlotKVCache, "_gather_rows", lambda s, r: gathered.append(r) or real(s, r))
+    cache.filter(swap_remove_order([0, 2, 3]))
+    assert cache.rows == 3 and cache.capacity == 4
+    cache.extend(_prompt_cache([2], 9))
+    assert cache.rows == 4 and cache.capacity == 4
+    assert gathered == []
+
+
+def test_a_lone_row_starts_at_position_zero() -> None:
+    """batch_join decodes a lone row without a mask, so no padding may precede it."""
+    cache = SlotKVCache.adopt(_prompt_cache([6, 2, 4], 3))
+    want = _rows(cache)[1]
+    cache.filter(swap_remove_order([1]))
+    assert cache.left_padding.tolist() == [0] and cache._idx == 2
+    assert _rows(cache) == [want]
+
+
+def test_slots_double_but_never_past_the_batch_size() -> None:
+    cache = SlotKVCache.adopt(_prompt_cache([3, 3, 3, 3], 5), max_rows=6)
+    cache.extend(_prompt_cache([2], 6))
+    assert cache.rows == 5 and cache.capacity == 6  # 8 would pass the batch size
+    unbounded = SlotKVCache.adopt(_prompt_cache([3, 3, 3, 3], 5))
+    unbounded.extend(_prompt_cache([2], 6))
+    assert unbounded.capacity == 8
