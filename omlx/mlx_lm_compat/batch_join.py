@@ -27,7 +27,7 @@ import numpy as np
 from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch
 from mlx_lm.models.cache import BatchKVCache
 
-from omlx.mlx_lm_compat.slot_cache import SlotKVCache, swap_remove_order
+from omlx.mlx_lm_compat.slot_cache import SlotKVCache, swap_remove_order, waits_for_in_place
 
 # A sampler with this attribute set to True gives the same draws for logits shifted by a
 # per-row constant (argmax, temperature, min-p, top-k), so the batch may hand it raw
@@ -201,7 +201,7 @@ class PrimedGenerationBatch(GenerationBatch):
             keep = swap_remove_order(keep)
             # The step in flight reads the caches through views; until it is done, MLX
             # would copy whole arrays to move a row instead of moving it in place.
-            if self._next_tokens is not None:
+            if self._next_tokens is not None and waits_for_in_place():
                 mx.eval(self._next_tokens)
         super().filter(keep)
         self._primed = [self._primed[i] for i in keep]

@@ -2,24 +2,24 @@
 
 mlx-lm's BatchKVCache keeps exactly one row per running sequence: when a sequence ends,
 `filter` gathers every kept row into new arrays, and when sequences join, `extend` pads
-and concatenates both caches. Each is a copy of the whole cache. On a 2-core CPU with
-SmolLM2 (float32) that was 270 ms to drop one row of 16 at 600 positions and 430 ms to
-add one, 5.2 s and 3.6 s at 256 rows (benchmarks/results/decode_slot_cache_cpu.md):
-under staggered traffic every arrival and every finish stalled all streams for longer
-than a decode step.
+and concatenates both caches; each is a copy of the whole cache, and under staggered
+traffic one happens every few steps. On a 2-core CPU with SmolLM2 at 64 rows they took
+15 s of an 89 s run (benchmarks/results/staggered_decode_cpu.md).
 
 Here the arrays keep spare rows (capacity, doubled when joins need more, never past the
-generator's batch size). A row that leaves is overwritten by one of
-the last rows (swap-remove; the batch reorders its per-row lists to match, see
-`swap_remove_order`), and joining rows are written into the free slots at the positions
-that right-align them with the batch. Both are slice updates MLX does in place, so they
-cost the rows moved, not the cache. The live rows are always the first `len(offset)`;
-the slots past them hold stale values that nothing reads. A full copy still happens
-when the arrays must grow, when a joining prompt is longer than the batch's history
-(the batch's rows must then move right, as in mlx-lm), when all rows share more
-left padding than a quarter of the history (dropped then, as mlx-lm drops it at once),
-when fewer than a quarter of the slots are live (memory goes back), and when one row is left
-(it loses its padding, as batch_join decodes a lone row without a mask).
+generator's batch size). A row that leaves is overwritten by one of the last rows
+(swap-remove; the batch reorders its per-row lists to match, see `swap_remove_order`),
+and joining rows are written into the free slots at the positions that right-align them
+with the batch. Both are slice updates MLX does in place (on a CPU; see
+`waits_for_in_place`), so they cost the rows moved, not the cache. The live rows are
+always the first `len(offset)`; the slots past them hold stale values nothing reads.
+
+A full copy still happens when the arrays must grow, when a joining prompt is longer
+than the batch's history (the batch's rows must then move right, as in mlx-lm), when
+all rows share left padding of a quarter of the history or more (dropped then; mlx-lm
+drops any at once), when fewer than a quarter of the slots are live (memory goes back),
+and when one row is left (it loses its padding: batch_join decodes a lone row without
+a mask).
 """
 
 from __future__ import annotations
@@ -28,6 +28,18 @@ from typing import Any
 
 import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache
+
+
+def waits_for_in_place() -> bool:
+    """Whether to wait for the arrays' readers so MLX can write in place.
+
+    An update is in place only when nothing else references the arrays, so the moved
+    rows are evaluated first, the step in flight is awaited before a leave, and a
+    finished row's cache is evaluated when extracted. On a CPU the device is the host's
+    own cores and waiting costs nothing; on a GPU each wait would stall the pipelined
+    decode, so there nothing waits and MLX copies when it must, as mlx-lm always does.
+    """
+    return mx.default_device().type == mx.cpu
 
 
 def swap_remove_order(keep: list[int]) -> list[int]:
@@ -115,12 +127,11 @@ class SlotKVCache(BatchKVCache):
         if self.keys is not None and not in_place:
             self._gather_rows(keep)
         elif moves:
-            # The moved rows get buffers of their own first, evaluated: while anything
-            # lazy still reads the arrays, MLX cannot update them in place and copies
-            # them whole. (This waits for the step in flight, once per leave.)
+            # The moved rows get buffers of their own first (see waits_for_in_place).
             src = mx.array([j for _, j in moves])
             rows_k, rows_v = self.keys[src], self.values[src]
-            mx.eval(rows_k, rows_v)
+            if waits_for_in_place():
+                mx.eval(rows_k, rows_v)
             for row, (i, _) in enumerate(moves):
                 self.keys[i : i + 1] = rows_k[row : row + 1]
                 self.values[i : i + 1] = rows_v[row : row + 1]
@@ -137,11 +148,12 @@ class SlotKVCache(BatchKVCache):
             self._shift_left(dead)
 
     def extract(self, idx: int) -> Any:
-        """One row as a KVCache, evaluated now: a lazy slice would keep the arrays
-        referenced (a finished row's cache may never be read), and MLX then copies them
-        whole at the next in-place write."""
+        """One row as a KVCache, evaluated now where that is free: a lazy slice would
+        keep the arrays referenced (a finished row's cache may never be read), and MLX
+        then copies them whole at the next write."""
         cache = super().extract(idx)
-        mx.eval(cache.keys, cache.values)
+        if waits_for_in_place():
+            mx.eval(cache.keys, cache.values)
         return cache
 
     def _gather_rows(self, rows: list[int]) -> None:
