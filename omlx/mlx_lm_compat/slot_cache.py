@@ -132,9 +132,12 @@ class SlotKVCache(BatchKVCache):
             rows_k, rows_v = self.keys[src], self.values[src]
             if waits_for_in_place():
                 mx.eval(rows_k, rows_v)
-            for row, (i, _) in enumerate(moves):
-                self.keys[i : i + 1] = rows_k[row : row + 1]
-                self.values[i : i + 1] = rows_v[row : row + 1]
+            if len(moves) == 1:
+                ((i, _),) = moves
+                self.keys[i : i + 1], self.values[i : i + 1] = rows_k, rows_v
+            else:  # one scatter: where MLX must copy, it copies once, not once a row
+                dst = mx.array([i for i, _ in moves])
+                self.keys[dst], self.values[dst] = rows_k, rows_v
         index = mx.array(keep, dtype=mx.int32)
         self.offset = self.offset[index]
         self.left_padding = self.left_padding[index]

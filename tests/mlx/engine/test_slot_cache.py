@@ -39,8 +39,12 @@ def test_swap_remove_order_moves_only_rows_from_the_tail() -> None:
     assert sorted(swap_remove_order([4, 7, 1])) == [1, 4, 7]
 
 
+@pytest.mark.parametrize("wait", [True, False], ids=["cpu", "gpu-no-wait"])
 @pytest.mark.parametrize("seed", range(6))
-def test_random_joins_leaves_and_steps_match_mlx_lm(seed) -> None:
+def test_random_joins_leaves_and_steps_match_mlx_lm(seed, wait, monkeypatch) -> None:
+    from omlx.mlx_lm_compat import slot_cache
+
+    monkeypatch.setattr(slot_cache, "waits_for_in_place", lambda: wait)
     rng = random.Random(seed)
     ref = _prompt_cache([5, 3, 7], seed)
     slot = SlotKVCache.adopt(_prompt_cache([5, 3, 7], seed))
@@ -50,8 +54,8 @@ def test_random_joins_leaves_and_steps_match_mlx_lm(seed) -> None:
         n = len(order)
         op = rng.random()
         if op < 0.25 and n > 1:
-            gone = rng.randrange(n)
-            keep = [i for i in range(n) if i != gone]
+            gone = set(rng.sample(range(n), rng.randint(1, min(3, n - 1))))
+            keep = [i for i in range(n) if i not in gone]
             moved = swap_remove_order(keep)
             slot.filter(moved)
             ref_keep = sorted(order[i] for i in keep)
