@@ -50,6 +50,8 @@ def row_logprobs(row: mx.array) -> mx.array:
 class PrimedGenerationBatch(GenerationBatch):
     """A GenerationBatch some of whose rows still have their last prompt token pending."""
 
+    max_rows = 0  # the generator's batch size, set on its running batch (slot capacity cap)
+
     def __init__(self, *args: Any, primed: bool = False, **kwargs: Any) -> None:
         self._defer_step = primed  # read by _step, which the base constructor calls
         self.sync_s = 0.0  # seconds the host waited for the device (see _decode_step)
@@ -210,8 +212,7 @@ class PrimedGenerationBatch(GenerationBatch):
     def _adopt_slot_caches(self) -> bool:
         """Whether every layer's cache is (now) a slot cache; other kinds (rotating,
         recurrent) keep mlx-lm's own filter and row order."""
-        max_rows = getattr(self, "max_rows", 0)
-        caches = [SlotKVCache.adopt(c, max_rows) for c in self.prompt_cache]
+        caches = [SlotKVCache.adopt(c, self.max_rows) for c in self.prompt_cache]
         return bool(caches) and all(isinstance(c, SlotKVCache) for c in caches)
 
     def next(self) -> list[GenerationBatch.Response]:
