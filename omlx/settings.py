@@ -51,6 +51,17 @@ class ServerSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
         _doc("Largest chat request body that carries images (base64 data URLs)"),
         msgspec.Meta(gt=0),
     ] = 64 * 1024 * 1024
+    engine_process: Annotated[
+        Literal["auto", "on", "off"],
+        _doc(
+            "Run the models in a child process, the HTTP front end in this one (its "
+            "per-token work then does not hold the GIL the engine threads need); "
+            "auto = on where MLX computes on a GPU, off on a CPU"
+        ),
+    ] = "auto"
+
+    def uses_engine_process(self, gpu: bool) -> bool:
+        return self.engine_process == "on" or (self.engine_process == "auto" and gpu)
 
 
 class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

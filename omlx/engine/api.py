@@ -309,7 +309,10 @@ class ModelPool(Protocol):
 
 
 class CacheAdmin(Protocol):
-    """What the server needs from the tiered KV cache (omlx.cache.PrefixCache)."""
+    """What the server needs from the tiered KV cache (omlx.cache.PrefixCache).
+
+    The engine process's proxy (omlx.enginehost.client.RemoteCache) answers `report` and
+    `clear` with awaitables instead; callers accept both."""
 
     def report(self) -> CacheReport: ...
 

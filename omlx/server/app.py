@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from litestar import Litestar
@@ -44,6 +44,7 @@ def create_app(
     public_routes: PublicRoutes = PUBLIC_ROUTES,
     session_check: SessionCheck | None = None,
     admin_options: admin_ui.AdminOptions | None = None,
+    on_startup: Sequence[Callable[[], Awaitable[None]]] = (),
 ) -> Litestar:
     """Build the app around `pool`; `close_pool_on_shutdown` when the app owns the pool.
 
@@ -52,7 +53,8 @@ def create_app(
     With an API key set every route needs it except `public_routes`; `session_check`
     lets a request without a key in when it holds another valid login (the admin's).
     `admin_options`: what the web admin needs beyond the settings (config file, sources,
-    the model store).
+    the model store). `on_startup`: run first when the server starts (the engine
+    process's pool attaches to the event loop).
     """
     admin = admin_ui.Admin(pool, settings, kv_cache, admin_options)
     # The admin's pages and assets answer without the key (the pages send the browser to
@@ -74,6 +76,10 @@ def create_app(
         *admin_ui.routes(),
         *extra_routes,
     ]
+
+    async def start_pool() -> None:
+        for hook in on_startup:
+            await hook()
 
     async def preload(app: Litestar) -> None:
         if settings.engine.preload:
@@ -112,7 +118,7 @@ def create_app(
         else None,
         # Text routes hold their bodies to max_request_bytes themselves (json_body.py).
         request_max_body_size=max(server.max_request_bytes, server.max_image_request_bytes),
-        on_startup=[admin.start, preload],
+        on_startup=[start_pool, admin.start, preload],
         on_shutdown=[close_pool],
         openapi_config=openapi_config(),
         logging_config=None,

@@ -172,12 +172,12 @@ def _url_host(host: str) -> str:
 
 
 def _build_app(settings: Settings, loaded: LoadedSettings | None = None) -> tuple[Any, str]:
-    """The app over a LocalModelPool, and the default model's name."""
+    """The app over a LocalModelPool (or one in an engine process), and the default
+    model's name."""
     import msgspec
 
     from omlx.models.catalog import StoreCatalog
     from omlx.models.store import ModelStore
-    from omlx.pool.pool import LocalModelPool
     from omlx.server.admin import AdminOptions
     from omlx.server.app import create_app
 
@@ -186,46 +186,40 @@ def _build_app(settings: Settings, loaded: LoadedSettings | None = None) -> tupl
     settings = msgspec.structs.replace(
         settings, engine=msgspec.structs.replace(settings.engine, default_model=default)
     )
-    from omlx.platform.blas import blas_description
+    startup: list[Any] = []
+    if settings.server.uses_engine_process(gpu=_mlx_on_gpu()):
+        from omlx.enginehost.client import RemotePool
 
-    log.info("MLX BLAS: %s", blas_description())
-    kv_cache = _prefix_cache(settings)
-    alt_paths = _dflash_paths(settings, default)
-    pool = LocalModelPool(
-        settings, store=store, default_model=default, alt_paths=alt_paths,
-        models={default: default_path},  # a folder given by path may lie outside the store
-        prefix_factory=kv_cache.factory() if kv_cache else None,
-        cache_stats=kv_cache.stats if kv_cache else None,
-    )  # fmt: skip
+        try:
+            pool = RemotePool(settings, default, default_path)
+        except OmlxError as e:
+            fail(e.message)
+        kv_cache: Any = pool.cache
+        startup.append(pool.start)
+    else:
+        from omlx.enginehost.build import build_pool
+
+        pool, kv_cache = build_pool(settings, default, default_path)
     admin = AdminOptions(
         config_file=loaded.path if loaded else None,
         sources=loaded.sources if loaded else {},
         catalog=StoreCatalog(store),
     )
     app = create_app(
-        pool, settings, close_pool_on_shutdown=True, kv_cache=kv_cache, admin_options=admin
+        pool,
+        settings,
+        close_pool_on_shutdown=True,
+        kv_cache=kv_cache,
+        admin_options=admin,
+        on_startup=startup,
     )
     return app, default
 
 
-def _dflash_paths(settings: Settings, default: str) -> dict[str, Any]:
-    """The DFlash alternative path for `draft.model` (default: the default model)."""
-    if not settings.draft.path:
-        return {}
-    from omlx.draft.serving import DFlashPath
+def _mlx_on_gpu() -> bool:
+    from omlx.platform.device import on_gpu
 
-    model = settings.draft.model or default
-    log.info("DFlash: %s served with draft %s", model, settings.draft.path)
-    return {model: DFlashPath.from_settings(settings.draft)}
-
-
-def _prefix_cache(settings: Settings) -> Any:
-    """The tiered KV cache shared by every model, or None when it is switched off."""
-    if not settings.cache.enabled:
-        return None
-    from omlx.cache.prefix_cache import PrefixCache
-
-    return PrefixCache(settings.cache)
+    return on_gpu()
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:

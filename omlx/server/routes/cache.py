@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Annotated, Any
 
 from litestar import Request, get, post
@@ -15,6 +16,11 @@ from omlx.server.openapi import documented
 TIERS = ("hot", "cold", "all")
 
 
+async def _answer(value: Any) -> Any:
+    """A CacheAdmin answers directly, or (the engine process's) with an awaitable."""
+    return await value if inspect.isawaitable(value) else value
+
+
 def cache_of(request: Request[Any, Any, Any]) -> CacheAdmin:
     cache = request.app.state.get("cache")
     if cache is None:
@@ -24,7 +30,7 @@ def cache_of(request: Request[Any, Any, Any]) -> CacheAdmin:
 
 @get("/api/cache/stats", operation_class=documented(returns=CacheReport))
 async def cache_stats(request: Request[Any, Any, Any]) -> CacheReport:
-    return cache_of(request).report()
+    return await _answer(cache_of(request).report())
 
 
 @post("/api/cache/clear", status_code=200, operation_class=documented(returns=int))
@@ -38,14 +44,15 @@ async def cache_clear(
         raise InvalidRequest(f"tier must be one of {', '.join(TIERS)}, not {tier!r}", param="tier")
     cache = cache_of(request)
     if model is None:
-        return cache.clear(None, tier)
+        return await _answer(cache.clear(None, tier))
+    report: CacheReport = await _answer(cache.report())
     fingerprints = [
-        m.fingerprint for m in cache.report().models
+        m.fingerprint for m in report.models
         if m.model == model or m.fingerprint.startswith(model)
     ]  # fmt: skip
     if not fingerprints:
         raise ModelNotFound(f"no cached blocks for model {model!r}", param="model")
-    return sum(cache.clear(fp, tier) for fp in fingerprints)
+    return sum([await _answer(cache.clear(fp, tier)) for fp in fingerprints])
 
 
 ROUTES = [cache_stats, cache_clear]
