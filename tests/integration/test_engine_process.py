@@ -236,7 +236,7 @@ def test_a_killed_engine_process_fails_its_streams_with_503_and_comes_back(
         os.kill(first, signal.SIGKILL)
         reader.join(30)
         assert not reader.is_alive(), "the stream hung after its engine process died"
-        errors = [json.loads(line[6:]) for line in lines if line.startswith("data: {\"error")]
+        errors = [json.loads(line[6:]) for line in lines if line.startswith('data: {"error')]
         assert errors and "engine process exited" in errors[0]["error"]["message"]
 
         # While it restarts, requests are refused as overloaded, with a Retry-After.
