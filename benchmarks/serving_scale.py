@@ -250,6 +250,9 @@ class TraceWindow:
         # runs on the process's main thread (tid = pid), in process and in `omlx serve`.
         self.pid: int | None = None
         self.engine_tid: int | None = None
+        # With `server.engine_process` the engines run in a child of `omlx serve`; its
+        # front end's event loop is then the parent's main thread.
+        self.front_pid: int | None = None
 
     def __enter__(self) -> TraceWindow:
         self.t0 = time.monotonic()
@@ -260,12 +263,13 @@ class TraceWindow:
         self.t1 = time.monotonic()
         self.cpu1 = self._cpu()
 
-    def _cpu(self) -> tuple[float | None, float | None]:
+    def _cpu(self) -> tuple[float | None, float | None, float | None]:
         if self.engine_tid is None:
             self._read_meta()
         if self.pid is None or self.engine_tid is None:
-            return None, None
-        return thread_cpu_s(self.pid, self.engine_tid), thread_cpu_s(self.pid, self.pid)
+            return None, None, None
+        front = thread_cpu_s(self.front_pid, self.front_pid) if self.front_pid else None
+        return thread_cpu_s(self.pid, self.engine_tid), thread_cpu_s(self.pid, self.pid), front
 
     def _read_meta(self) -> None:
         with contextlib.suppress(OSError):
@@ -273,6 +277,11 @@ class TraceWindow:
                 row = json.loads(line)
                 if row.get("kind") == "meta":
                     self.pid, self.engine_tid = row["pid"], row["engine_tid"]
+        if self.pid is not None:
+            with contextlib.suppress(OSError):
+                if b"omlx.enginehost.host" in Path(f"/proc/{self.pid}/cmdline").read_bytes():
+                    stat = Path(f"/proc/{self.pid}/stat").read_text()
+                    self.front_pid = int(stat.rsplit(")", 1)[1].split()[1])
 
     def breakdown(self, tokens: int, wait_s: float = 60.0) -> dict:
         """The level's rows, once the engine went idle after it (it may still be storing
@@ -335,11 +344,13 @@ def step_breakdown(rows: list[dict], tokens: int, cpu0, cpu1) -> dict:
         "engine_ttft_p50_s": _r(percentile(firsts, 50), 3),
         "engine_ttft_p95_s": _r(percentile(firsts, 95), 3),
     }
-    (e0, l0), (e1, l1) = cpu0, cpu1
+    (e0, l0, f0), (e1, l1, f1) = cpu0, cpu1
     if tokens and e0 is not None and e1 is not None:
         out["engine_cpu_us_per_token"] = round(1e6 * (e1 - e0) / tokens, 1)
     if tokens and l0 is not None and l1 is not None:
         out["loop_cpu_us_per_token"] = round(1e6 * (l1 - l0) / tokens, 1)
+    if tokens and f0 is not None and f1 is not None:  # the engine process's front end
+        out["front_loop_cpu_us_per_token"] = round(1e6 * (f1 - f0) / tokens, 1)
     return out
 
 

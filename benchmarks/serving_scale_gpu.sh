@@ -4,7 +4,9 @@
 # reuse on), then copies the step traces to $OUT. The bare generator runs first (it also
 # fills the machine's kernel caches); ORDER=before-first swaps the two HTTP runs,
 # ORDER=auto-only leaves the "before" run out, and ORDER=folded runs the defaults and then
-# `engine.decode_attention = "folded"` over HTTP (label "folded") instead of "before".
+# `engine.decode_attention = "folded"` over HTTP (label "folded") instead of "before";
+# ORDER=split runs the defaults (on a GPU the models run in an engine process) and then
+# `server.engine_process = "off"` over HTTP at 64 and 128 streams (label "in-process").
 #   benchmarks/serving_scale_gpu.sh TOKENIZER_DIR WORKDIR [BUDGET_S] [LEVELS]
 set -euo pipefail
 tok=$1 work=$2 budget=${3:-300} levels=${4:-1,32,64,128,256}
@@ -27,6 +29,11 @@ if [ "${ORDER:-auto-first}" = before-first ]; then
         --label auto --budget-s "$budget"
     before omlx_http
     auto omlx_http
+elif [ "${ORDER:-}" = split ]; then
+    auto bare,omlx_http
+    OMLX_SERVER__ENGINE_PROCESS=off python3 benchmarks/serving_scale.py "${common[@]}" \
+        --levels 64,128 --paths omlx_http --label in-process --budget-s "$((budget / 2))"
+    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-in-process.jsonl.gz" || true
 elif [ "${ORDER:-}" = folded ]; then
     auto bare,omlx_http
     OMLX_ENGINE__DECODE_ATTENTION=folded python3 benchmarks/serving_scale.py "${common[@]}" \
