@@ -18,7 +18,6 @@ from typing import Any
 from omlx.engine.api import (
     Done,
     Failed,
-    FinishReason,
     GenerationEvent,
     GenerationRequest,
     RequestId,
@@ -34,7 +33,8 @@ from omlx.engine.constraints import (
 )
 from omlx.engine.loop import EngineLoop
 from omlx.engine.metrics import EngineMetrics
-from omlx.engine.text.parsers import detect_tool_format, make_output_parser
+from omlx.engine.parsed_stream import DirectQueue, ParsedStream, coalesce
+from omlx.engine.text.parsers import OutputParser, detect_tool_format, make_output_parser
 from omlx.engine.text.templating import ModelSpec, PreparedPrompt, prepare_prompt
 from omlx.engine.text.validation import check_prompt_fits, validate_request
 from omlx.errors import OmlxError, Overloaded
@@ -151,33 +151,15 @@ class TextEngine:
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         """Events of one request; OmlxErrors are raised before the first event."""
-        if not self._thread.is_alive() and not self._closed:
-            raise OmlxError(f"the engine of model {self.name!r} stopped; see the server log")
-        if self._closed or self._in_flight >= self.capacity:
-            raise Overloaded(
-                f"model {self.name!r} has {self._in_flight} requests in flight "
-                f"(limit {self.capacity}); retry shortly",
-                retry_after_s=1,
-            )
+        self._admit()
         self._in_flight += 1
         submitted = finished = False
         received_at = time.monotonic()
         request = self.with_model_defaults(request)
         try:
-            prompt = await self.prepare(request)
-            grammar = await self.compile_grammar(request, prompt)
+            prompt, grammar = await self._prepared(request)
             sink = EventSink(asyncio.get_running_loop(), asyncio.Queue())
-            submission = Submission(
-                request.request_id,
-                prompt,
-                request.sampling,
-                list(request.stop),
-                sink,
-                thinking_budget_tokens=request.thinking_budget_tokens,
-                grammar=grammar,
-                received_at=received_at,
-            )
-            self._engine_loop.commands.put(Submit(submission))
+            self._submit(request, prompt, grammar, sink, received_at)
             submitted = True
             async for event in self._parsed(request.request_id, prompt, sink):
                 finished = isinstance(event, Done | Failed)
@@ -187,12 +169,70 @@ class TextEngine:
             if submitted and not finished:  # the consumer left: free the slot
                 self._engine_loop.commands.put(Cancel(request.request_id))
 
-    async def _parsed(
-        self, request_id: RequestId, prompt: PreparedPrompt, sink: EventSink
-    ) -> AsyncIterator[GenerationEvent]:
-        """Runs the reasoning/tool-call parser over the raw Token text."""
+    async def generate_into(
+        self, request: GenerationRequest, deliver: Callable[[GenerationEvent], None]
+    ) -> None:
+        """`generate`, with each parsed event handed to `deliver` on the event loop as the
+        engine's step hands it over (no task woken per token); returns after Done or
+        Failed. Cancelling the caller cancels the request."""
+        self._admit()
+        self._in_flight += 1
+        submitted = False
+        received_at = time.monotonic()
+        request = self.with_model_defaults(request)
+        loop = asyncio.get_running_loop()
+        finished: asyncio.Future[None] = loop.create_future()
+        try:
+            prompt, grammar = await self._prepared(request)
+            stream = ParsedStream(request.request_id, self._output_parser(prompt))
+            sink = EventSink(loop, DirectQueue(stream, deliver, finished))  # type: ignore[arg-type]
+            self._submit(request, prompt, grammar, sink, received_at)
+            submitted = True
+            await finished
+        finally:
+            self._in_flight -= 1
+            if submitted and not finished.done():
+                self._engine_loop.commands.put(Cancel(request.request_id))
+
+    def _admit(self) -> None:
+        if not self._thread.is_alive() and not self._closed:
+            raise OmlxError(f"the engine of model {self.name!r} stopped; see the server log")
+        if self._closed or self._in_flight >= self.capacity:
+            raise Overloaded(
+                f"model {self.name!r} has {self._in_flight} requests in flight "
+                f"(limit {self.capacity}); retry shortly",
+                retry_after_s=1,
+            )
+
+    async def _prepared(
+        self, request: GenerationRequest
+    ) -> tuple[PreparedPrompt, CompiledGrammar | None]:
+        prompt = await self.prepare(request)
+        return prompt, await self.compile_grammar(request, prompt)
+
+    def _submit(
+        self,
+        request: GenerationRequest,
+        prompt: PreparedPrompt,
+        grammar: CompiledGrammar | None,
+        sink: EventSink,
+        received_at: float,
+    ) -> None:
+        submission = Submission(
+            request.request_id,
+            prompt,
+            request.sampling,
+            list(request.stop),
+            sink,
+            thinking_budget_tokens=request.thinking_budget_tokens,
+            grammar=grammar,
+            received_at=received_at,
+        )
+        self._engine_loop.commands.put(Submit(submission))
+
+    def _output_parser(self, prompt: PreparedPrompt) -> OutputParser:
         assert self.spec is not None
-        parser = make_output_parser(
+        return make_output_parser(
             chat_template=self.spec.chat_template,
             model_type=self.spec.model_type,
             tools_enabled=prompt.tools_enabled,
@@ -200,40 +240,22 @@ class TextEngine:
             prompt_ends_in_think=prompt.prompt_ends_in_think,
             tool_format=prompt.tool_format,
         )
-        pending_ids: list[int] = []
-        num_calls = 0
+
+    async def _parsed(
+        self, request_id: RequestId, prompt: PreparedPrompt, sink: EventSink
+    ) -> AsyncIterator[GenerationEvent]:
+        """Runs the reasoning/tool-call parser over the raw Token text."""
+        stream = ParsedStream(request_id, self._output_parser(prompt))
         held: GenerationEvent | None = None
-        while True:
+        while not stream.finished:
             if held is None:
                 event = await sink.queue.get()
             else:
                 event, held = held, None
             if isinstance(event, Token):
-                event, held = _coalesce(event, sink.queue)
-                d = parser.feed(event.text)
-                pending_ids.extend(event.token_ids)
-                if d.content or d.reasoning or d.tool_calls or event.logprobs:
-                    num_calls += len(d.tool_calls)
-                    yield Token(
-                        request_id,
-                        d.content,
-                        pending_ids,
-                        d.reasoning,
-                        list(d.tool_calls),
-                        event.logprobs,
-                    )
-                    pending_ids = []
-                continue
-            if isinstance(event, Done):
-                d = parser.finish()
-                num_calls += len(d.tool_calls)
-                if d.content or d.reasoning or d.tool_calls or pending_ids:
-                    yield Token(request_id, d.content, pending_ids, d.reasoning, list(d.tool_calls))
-                yield _with_tool_calls(event, num_calls)
-                return
-            yield event
-            if isinstance(event, Failed):
-                return
+                event, held = coalesce(event, sink.queue)
+            for out in stream.feed(event):
+                yield out
 
     def cancel(self, request_id: RequestId) -> None:
         self._engine_loop.commands.put(Cancel(request_id))
@@ -253,45 +275,6 @@ class TextEngine:
             self._engine_loop.commands.put(Shutdown(grace_s))
             await asyncio.to_thread(self._thread.join, grace_s + 30.0)
         self._tokenize.shutdown(wait=False)
-
-
-def _coalesce(
-    token: Token, queue: asyncio.Queue[GenerationEvent]
-) -> tuple[Token, GenerationEvent | None]:
-    """`token` merged with the Tokens already queued behind it, and the first other event.
-
-    When the event loop falls behind the engine (many streams), a stream's tokens of
-    several steps wait in its queue; parsing and rendering them as one event costs the
-    event loop (and the GIL the engine thread needs) once instead of once per token.
-    """
-    if queue.empty():
-        return token, None
-    texts, ids, logprobs = [token.text], list(token.token_ids), list(token.logprobs or [])
-    held: GenerationEvent | None = None
-    while not queue.empty():
-        event = queue.get_nowait()
-        if not isinstance(event, Token):
-            held = event
-            break
-        texts.append(event.text)
-        ids.extend(event.token_ids)
-        logprobs.extend(event.logprobs or [])
-    merged = Token(token.request_id, "".join(texts), ids, logprobs=logprobs or None)
-    return merged, held
-
-
-def _with_tool_calls(done: Done, num_calls: int) -> Done:
-    if num_calls and done.finish_reason == FinishReason.STOP:
-        return Done(
-            done.request_id,
-            FinishReason.TOOL_CALLS,
-            done.prompt_tokens,
-            done.completion_tokens,
-            done.cached_tokens,
-            done.served_by,
-            done.stop_sequence,
-        )
-    return done
 
 
 __all__ = ["TextEngine", "ToolCall"]

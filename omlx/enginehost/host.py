@@ -5,8 +5,9 @@
 FD is this end of a socketpair `omlx serve` made (omlx/enginehost/client.py). The HTTP
 front end stays in the parent, so per-token work (SSE framing, JSON, the ASGI server)
 runs under the parent's GIL, not the one this process's engine threads need between
-MLX calls. What is left here per token is the engine's own output path (its queue hop
-and the reasoning/tool-call parser); events leave in one write per event-loop turn.
+MLX calls. What is left here per token is the reasoning/tool-call parser, run inside
+the engine's once-a-step hand-off (`LocalModelPool.generate_into`: no task is woken per
+token), and the pickling; events leave in one write per event-loop turn.
 
 This process ignores SIGINT and SIGTERM: a Ctrl-C reaches the whole process group, and
 the front end, not the signal, decides when the engines stop (after its streams drain).
@@ -16,7 +17,6 @@ It exits when told to, or when the socket closes (the front end died).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 import os
@@ -31,7 +31,14 @@ from typing import Any
 
 import msgspec
 
-from omlx.engine.api import Done, Failed, GenerationRequest, RequestId, Started
+from omlx.engine.api import (
+    Done,
+    Failed,
+    GenerationEvent,
+    GenerationRequest,
+    RequestId,
+    Started,
+)
 from omlx.enginehost.build import build_pool
 from omlx.enginehost.wire import (
     BatchWriter,
@@ -134,13 +141,7 @@ class EngineHost:
     async def _generate(self, request: GenerationRequest) -> None:
         rid = request.request_id
         try:
-            async with contextlib.aclosing(self.pool.generate(request)) as events:
-                async for event in events:
-                    if isinstance(event, Failed):
-                        event = Failed(rid, portable_error(event.error))
-                    self.out.send(event)
-                    if isinstance(event, Started | Done | Failed):
-                        self._state_changed()
+            await self.pool.generate_into(request, self._forward)
             self.out.send(Ended(rid))
         except asyncio.CancelledError:
             pass  # the front end cancelled: nobody reads this stream any more
@@ -148,6 +149,14 @@ class EngineHost:
             self.out.send(GenerateFailed(rid, portable_error(e)))
         finally:
             self._tasks.pop(rid, None)
+
+    def _forward(self, event: GenerationEvent) -> None:
+        """Called by the engine's hand-off on this loop, for each parsed event."""
+        if isinstance(event, Failed):
+            event = Failed(event.request_id, portable_error(event.error))
+        self.out.send(event)
+        if isinstance(event, Started | Done | Failed):
+            self._state_changed()
 
     async def _call(self, call: Call) -> None:
         try:

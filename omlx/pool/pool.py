@@ -347,6 +347,27 @@ class LocalModelPool:
             self._requests.pop(request.request_id, None)
             self.policy.end(resolved.name, time.monotonic())
 
+    async def generate_into(
+        self, request: GenerationRequest, deliver: Callable[[GenerationEvent], None]
+    ) -> None:
+        """`generate`, each event handed to `deliver` as the engine's step hands it over
+        (the engine process forwards them so); returns after Done or Failed."""
+        resolved = await self._resolve_typed(
+            request.model, TEXT_TYPES | VISION_TYPES, "generate text"
+        )
+        if resolved.type in VISION_TYPES:
+            async for event in stream_vision(self, resolved.name, request):
+                deliver(event)
+            return
+        engine = await self.load(resolved.name)
+        self._requests[request.request_id] = engine
+        self.policy.begin(resolved.name, time.monotonic())
+        try:
+            await engine.generate_into(request, deliver)
+        finally:
+            self._requests.pop(request.request_id, None)
+            self.policy.end(resolved.name, time.monotonic())
+
     async def count_tokens(self, request: GenerationRequest) -> int:
         resolved = await self._resolve_typed(request.model, TEXT_TYPES, "generate text")
         return await (await self.load(resolved.name)).count_tokens(request)

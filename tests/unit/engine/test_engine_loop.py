@@ -534,7 +534,7 @@ def test_step_trace_writes_a_row_per_batch_step(tmp_path: Path) -> None:
 
 
 def test_tokens_queued_behind_a_token_are_read_as_one() -> None:
-    from omlx.engine.engine import _coalesce
+    from omlx.engine.parsed_stream import coalesce
 
     async def go() -> tuple[Any, Any, int]:
         q: asyncio.Queue[Any] = asyncio.Queue()
@@ -547,7 +547,7 @@ def test_tokens_queued_behind_a_token_are_read_as_one() -> None:
             q.put_nowait(event)
         q.put_nowait(Done(rid, FinishReason.STOP, 3, 3))
         q.put_nowait(Token(rid, "late", [9]))
-        merged, held = _coalesce(first, q)
+        merged, held = coalesce(first, q)
         return merged, held, q.qsize()
 
     merged, held, left = asyncio.run(go())
