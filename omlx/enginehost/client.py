@@ -46,6 +46,7 @@ from omlx.engine.api import (
     Token,
 )
 from omlx.enginehost.wire import (
+    TOKEN_TAG,
     BatchWriter,
     Call,
     Cancel,
@@ -63,6 +64,7 @@ from omlx.enginehost.wire import (
     encode,
     read_batch,
     recv_batch_blocking,
+    unpack_token,
 )
 from omlx.errors import OmlxError, Overloaded
 from omlx.schemas.cache import CacheReport
@@ -188,6 +190,8 @@ class RemotePool:
             self._lost()
 
     def _handle(self, message: Any) -> None:
+        if type(message) is tuple and message[0] == TOKEN_TAG:
+            message = unpack_token(message)
         if isinstance(message, _STREAM_MESSAGES):
             queue = self._streams.get(message.request_id)
             if queue is not None:

@@ -38,6 +38,7 @@ from omlx.engine.api import (
     GenerationRequest,
     RequestId,
     Started,
+    Token,
 )
 from omlx.enginehost.build import build_pool
 from omlx.enginehost.wire import (
@@ -55,6 +56,7 @@ from omlx.enginehost.wire import (
     Reply,
     Shutdown,
     WireClosed,
+    pack_token,
     portable_error,
     read_batch,
 )
@@ -152,6 +154,9 @@ class EngineHost:
 
     def _forward(self, event: GenerationEvent) -> None:
         """Called by the engine's hand-off on this loop, for each parsed event."""
+        if type(event) is Token:
+            self.out.send(pack_token(event))
+            return
         if isinstance(event, Failed):
             event = Failed(event.request_id, portable_error(event.error))
         self.out.send(event)

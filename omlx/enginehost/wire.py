@@ -20,6 +20,7 @@ from omlx.engine.api import (
     GenerationRequest,
     ModelInfo,
     RequestId,
+    Token,
 )
 from omlx.errors import OmlxError
 from omlx.schemas.models import PoolStatus
@@ -128,6 +129,20 @@ class LogRecordMsg:
 @dataclass(frozen=True, slots=True)
 class Closed:
     """Answer to Shutdown: the pool is closed and the cache spilled."""
+
+
+# Token events, the bulk of the traffic, travel as tuples: pickling a slotted dataclass
+# costs ~3 us, a tuple ~0.25 (measured), and this side of the wire holds the engines' GIL.
+TOKEN_TAG = "t"
+
+
+def pack_token(token: Token) -> tuple[Any, ...]:
+    return (TOKEN_TAG, token.request_id, token.text, token.token_ids, token.reasoning,
+            token.tool_calls, token.logprobs)  # fmt: skip
+
+
+def unpack_token(packed: tuple[Any, ...]) -> Token:
+    return Token(*packed[1:])
 
 
 # -- framing ---------------------------------------------------------------------------
