@@ -6,7 +6,7 @@
 # ORDER=auto-only leaves the "before" run out, and ORDER=folded runs the defaults and then
 # `engine.decode_attention = "folded"` over HTTP (label "folded") instead of "before";
 # ORDER=split: the bare generator, an untimed warm-up of omlx's kernels, the defaults
-# over HTTP (on a GPU the models run in an engine process; label "auto"), then
+# over HTTP with the models in an engine process (label "auto"), then
 # `server.engine_process = "off"` at 64 and 128 streams (label "in-process"), then the
 # bare generator again.
 #   benchmarks/serving_scale_gpu.sh TOKENIZER_DIR WORKDIR [BUDGET_S] [LEVELS]
@@ -39,7 +39,7 @@ elif [ "${ORDER:-}" = split ]; then
         --label bare-before --budget-s "$budget"
     python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths omlx_http \
         --label warm-up --budget-s "$budget"
-    auto omlx_http
+    OMLX_SERVER__ENGINE_PROCESS=on auto omlx_http
     OMLX_SERVER__ENGINE_PROCESS=off python3 benchmarks/serving_scale.py "${common[@]}" \
         --levels 64,128 --paths omlx_http --label in-process --budget-s "$budget"
     gzip -c "$work/trace-http.jsonl" > "$out/http-trace-in-process.jsonl.gz" || true
