@@ -407,6 +407,7 @@ class EngineLoop:
                 "prefill_s": getattr(st, "prompt_time", 0.0),
                 "sync_s": sync_s - self._trace.sync_mark,
                 "publish_s": time.perf_counter() - t0 - step_s,
+                **(self._gen.kv_layout() if hasattr(self._gen, "kv_layout") else {}),
             }
             self._trace.sync_mark = sync_s
 

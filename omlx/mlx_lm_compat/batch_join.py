@@ -363,5 +363,21 @@ class FusedJoinBatchGenerator(BatchGenerator):
         object for the generator's life: joins extend it, removals filter it)."""
         return self._generation_batch.sync_s
 
+    def kv_layout(self) -> dict[str, int]:
+        """The running batch's KV arrays as the decode step sees them, read without
+        touching the device (the step trace records it per step): positions filled and
+        allocated, rows live and allocated."""
+        caches = getattr(self._generation_batch, "prompt_cache", None) or []
+        first = caches[0] if caches else None
+        keys = getattr(first, "keys", None)
+        if keys is None:
+            return {}
+        return {
+            "kv_len": int(getattr(first, "_idx", 0)),
+            "kv_positions": int(keys.shape[2]),
+            "kv_rows": int(first.offset.shape[0]),
+            "kv_slots": int(keys.shape[0]),
+        }
+
 
 __all__ = ["FusedJoinBatchGenerator"]

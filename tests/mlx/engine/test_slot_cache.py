@@ -105,3 +105,28 @@ def test_slots_double_but_never_past_the_batch_size() -> None:
     unbounded = SlotKVCache.adopt(_prompt_cache([3, 3, 3, 3], 5))
     unbounded.extend(_prompt_cache([2], 6))
     assert unbounded.capacity == 8
+
+
+def test_the_generator_reports_the_running_batch_kv_layout() -> None:
+    """What the step trace records per step: positions filled and allocated, rows live
+    and allocated; read from host-side state (it must not wait for the device)."""
+    from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
+    from tests.mlx.draft.conftest import build_target
+
+    model = build_target("qwen3")
+    gen = FusedJoinBatchGenerator(model, stream=mx.new_stream(mx.default_device()))
+    try:
+        assert gen.kv_layout() == {}  # nothing running yet
+        gen.insert([[1, 2, 3, 4, 5], [6, 7]], max_tokens=[3, 6])
+        layouts = []
+        for _ in range(5):
+            gen.next_generated()
+            layouts.append(gen.kv_layout())
+        first = next(x for x in layouts if x)
+        assert first["kv_rows"] == 2 and first["kv_slots"] >= 2
+        assert 5 <= first["kv_len"] <= first["kv_positions"]
+        last = layouts[-1]
+        assert last["kv_rows"] == 1  # the 3-token row left
+        assert last["kv_len"] > first["kv_len"]
+    finally:
+        gen.close()
