@@ -165,3 +165,31 @@ def test_resume_refuses_another_shape(distilled, tmp_path):
 def test_unknown_labels_are_refused():
     with pytest.raises(InvalidRequest, match="labels"):
         TrainConfig(labels="soft").check()
+
+
+def test_greedy_labels_run_the_target_head_once_per_sequence(distilled, tmp_path, monkeypatch):
+    """The target's argmax along a sequence is computed in its first epoch and reused:
+    later epochs relabel from the cache exactly as a fresh computation would."""
+    import omlx.draft.train.trainer as trainer_module
+    from omlx.draft.train.objective import greedy_relabel, target_context_and_greedy
+
+    target, _, samples = distilled
+    trainer = _trainer(target, samples, tmp_path / "d", labels="greedy", steps=9)
+    calls = []
+    real = trainer_module.target_context_and_greedy
+
+    def counted(adapter, tokens, chunk=8):
+        calls.append(tokens.shape[0])
+        return real(adapter, tokens, chunk)
+
+    monkeypatch.setattr(trainer_module, "target_context_and_greedy", counted)
+    for step in range(9):  # 24 samples in batches of 8: three epochs
+        batch = trainer._batch(trainer._next_samples(), trainer.rng)
+        hidden, greedy_next = trainer._greedy_context(batch)
+        _, fresh = target_context_and_greedy(trainer.adapter, batch.tokens)
+        got = greedy_relabel(batch, greedy_next)
+        want = greedy_relabel(batch, fresh)
+        assert np.array_equal(np.array(got.labels), np.array(want.labels)), step
+        assert np.array_equal(np.array(got.valid), np.array(want.valid)), step
+        assert hidden.shape[:2] == batch.tokens.shape
+    assert calls == [8, 8, 8]  # the first epoch only
