@@ -302,3 +302,34 @@ def test_ctrl_c_to_the_process_group_lets_the_open_stream_finish(
         assert split.proc.wait(30) == 0
         assert _gone(engine, 10)
     assert "Traceback" not in split.log()
+
+
+def test_a_client_leaving_frees_its_row_in_the_engine_process(
+    tmp_path: Path, tiny_llama_dir: Path
+) -> None:
+    """A disconnect cancels the request across the boundary: the engine stops decoding
+    it (the pushed stats show nothing running) and the next request is served."""
+    models = _models(tmp_path, tiny_llama_dir)
+    body = {"model": "tiny", "messages": PROMPT, "max_tokens": 5000, "stream": True,
+            "logit_bias": {str(tokenizer_vocab()[EOS_TOKEN]): -100}}  # fmt: skip
+    with serving(models, tmp_path, "on") as split:
+        url = f"{split.base_url}/v1/chat/completions"
+        for _ in range(3):
+            with httpx.stream("POST", url, json=body, timeout=60) as r:
+                chunks = 0
+                for line in r.iter_lines():
+                    chunks += line.startswith("data: ")
+                    if chunks >= 5:
+                        break  # leave mid-stream
+        deadline = time.monotonic() + 10
+        while True:
+            stats = httpx.get(f"{split.base_url}/api/stats", timeout=5).json()
+            if stats["running"] == 0 and stats["queued"] == 0:
+                break
+            assert time.monotonic() < deadline, f"still decoding: {stats['running']} running"
+            time.sleep(0.2)
+        tiny = next(m for m in stats["models"] if m["model"] == "tiny")
+        assert tiny["requests_total"] == 3
+        r = httpx.post(url, json={**body, "stream": False, "max_tokens": 8}, timeout=60)
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 8
+    assert "Traceback" not in split.log()
