@@ -75,6 +75,7 @@ CALLABLE = {
     ),
     "cache": frozenset({"report", "clear"}),
 }  # fmt: skip
+CHANGES_STATE = frozenset({"load", "unload", "pin", "unpin", "set_ttl"})
 STATE_EVERY_S = 0.5  # the front end's stats, status and model list are at most this old
 STATE_AFTER_CHANGE_S = 0.05  # a request started or ended: push within this
 
@@ -177,10 +178,20 @@ class EngineHost:
                 value = await asyncio.to_thread(fn, *call.args)
             if call.method == "load":
                 value = None  # the engine itself stays in this process
-            reply = Reply(call.call_id, True, value, self.state())
+            reply = Reply(call.call_id, True, value, self._state_after(call))
         except Exception as e:
-            reply = Reply(call.call_id, False, portable_error(e), self.state())
+            reply = Reply(call.call_id, False, portable_error(e), self._state_after(call))
         self.out.send(reply)
+
+    def _state_after(self, call: Call) -> PoolState | None:
+        """Fresh state with the answers that change what is loaded or pinned (the caller
+        reads it next: the admin's status, /ready); after other calls (an embedding may
+        load its model) one push follows within STATE_AFTER_CHANGE_S, however many calls
+        there were (reading the state costs ~1.5 ms of this loop: not per request)."""
+        if call.method in CHANGES_STATE:
+            return self.state()
+        self._state_changed()
+        return None
 
     def _state_changed(self) -> None:
         if not self._state_pending:
