@@ -128,6 +128,27 @@ def _ask_claude(base_url: str) -> tuple[str, int]:
     return text, output_tokens
 
 
+def _stream_in_background(base_url: str, body: dict) -> tuple[threading.Thread, list[str]]:
+    """Start a streamed chat request on a thread; returns once content flows (the
+    thread, the SSE lines so far and to come, blank lines dropped)."""
+    lines: list[str] = []
+    streaming = threading.Event()
+
+    def stream() -> None:
+        url = f"{base_url}/v1/chat/completions"
+        with httpx.stream("POST", url, json=body, timeout=60) as r:
+            for line in r.iter_lines():
+                if line:
+                    lines.append(line)
+                if '"content":"' in line and '"content":""' not in line:
+                    streaming.set()
+
+    reader = threading.Thread(target=stream)
+    reader.start()
+    assert streaming.wait(60), "no content streamed"
+    return reader, lines
+
+
 def _gone(pid: int, within_s: float) -> bool:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
@@ -219,20 +240,7 @@ def test_a_killed_engine_process_fails_its_streams_with_503_and_comes_back(
             "logit_bias": {str(tokenizer_vocab()[EOS_TOKEN]): -100}}  # fmt: skip
     with serving(models, tmp_path, "on") as split:
         first = split.engine_pid()
-        lines: list[str] = []
-        streaming = threading.Event()
-
-        def stream() -> None:
-            url = f"{split.base_url}/v1/chat/completions"
-            with httpx.stream("POST", url, json=body, timeout=60) as r:
-                for line in r.iter_lines():
-                    lines.append(line)
-                    if '"content":"' in line:
-                        streaming.set()
-
-        reader = threading.Thread(target=stream)
-        reader.start()
-        assert streaming.wait(60)
+        reader, lines = _stream_in_background(split.base_url, body)
         os.kill(first, signal.SIGKILL)
         reader.join(30)
         assert not reader.is_alive(), "the stream hung after its engine process died"
@@ -279,21 +287,7 @@ def test_ctrl_c_to_the_process_group_lets_the_open_stream_finish(
             "logit_bias": {str(tokenizer_vocab()[EOS_TOKEN]): -100}}  # fmt: skip
     with serving(models, tmp_path, "on") as split:
         engine = split.engine_pid()
-        lines: list[str] = []
-        streaming = threading.Event()
-
-        def stream() -> None:
-            url = f"{split.base_url}/v1/chat/completions"
-            with httpx.stream("POST", url, json=body, timeout=60) as r:
-                for line in r.iter_lines():
-                    if line:
-                        lines.append(line)
-                    if '"content":"' in line and '"content":""' not in line:
-                        streaming.set()
-
-        reader = threading.Thread(target=stream)
-        reader.start()
-        assert streaming.wait(60)
+        reader, lines = _stream_in_background(split.base_url, body)
         split.proc.send_signal(signal.SIGINT)
         os.kill(engine, signal.SIGINT)
         reader.join(60)
