@@ -105,6 +105,12 @@ def train(
         help="reply: the replies' own tokens; greedy: the target's argmax, so sampled "
         "replies add contexts, not their sampled choices.",
     ),
+    cache_context: bool = typer.Option(
+        False,
+        "--cache-context",
+        help="Keep each sequence's target states after its first epoch (later epochs "
+        "skip the target's forward; memory: tokens x hidden x captured layers x 4 bytes).",
+    ),
     checkpoint_every: int = typer.Option(500, "--checkpoint-every", min=0),
     seed: int = typer.Option(0, "--seed"),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint."),
@@ -182,6 +188,7 @@ def train(
                 keep_best=keep_best,
                 vocab_coverage=vocab_coverage,
                 labels=labels,
+                cache_context=cache_context,
                 checkpoint_every=checkpoint_every,
                 seed=seed,
             ),

@@ -185,7 +185,7 @@ def test_greedy_labels_run_the_target_head_once_per_sequence(distilled, tmp_path
     monkeypatch.setattr(trainer_module, "target_context_and_greedy", counted)
     for step in range(9):  # 24 samples in batches of 8: three epochs
         batch = trainer._batch(trainer._next_samples(), trainer.rng)
-        hidden, greedy_next = trainer._greedy_context(batch)
+        hidden, greedy_next = trainer._target_outputs(batch)
         _, fresh = target_context_and_greedy(trainer.adapter, batch.tokens)
         got = greedy_relabel(batch, greedy_next)
         want = greedy_relabel(batch, fresh)
@@ -193,3 +193,35 @@ def test_greedy_labels_run_the_target_head_once_per_sequence(distilled, tmp_path
         assert np.array_equal(np.array(got.valid), np.array(want.valid)), step
         assert hidden.shape[:2] == batch.tokens.shape
     assert calls == [8, 8, 8]  # the first epoch only
+
+
+@pytest.mark.parametrize("labels", ["reply", "greedy"])
+def test_cached_target_states_give_the_same_loss(distilled, tmp_path, monkeypatch, labels):
+    """With cache_context the target runs in the first epoch only; the cached states,
+    zero-padded to each later batch's width, give the loss a fresh forward gives."""
+    import omlx.draft.train.trainer as trainer_module
+    from omlx.draft.train.objective import block_loss, greedy_relabel, target_context
+
+    target, _, samples = distilled
+    trainer = _trainer(target, samples, tmp_path / "d", labels=labels, cache_context=True)
+    forwards = []
+    for name in ("target_context", "target_context_and_greedy"):
+        real = getattr(trainer_module, name)
+
+        def counted(adapter, tokens, *args, _real=real, **kwargs):
+            forwards.append(tokens.shape[0])
+            return _real(adapter, tokens, *args, **kwargs)
+
+        monkeypatch.setattr(trainer_module, name, counted)
+    for step in range(6):  # 24 samples in batches of 8: two epochs
+        batch = trainer._batch(trainer._next_samples(), trainer.rng)
+        hidden, greedy_next = trainer._target_outputs(batch)
+        if greedy_next is not None:
+            batch = greedy_relabel(batch, greedy_next)
+        fresh = target_context(trainer.adapter, batch.tokens)
+        got = block_loss(trainer.draft, trainer.adapter, batch, hidden, trainer.weights)
+        want = block_loss(trainer.draft, trainer.adapter, batch, fresh, trainer.weights)
+        assert abs(got.loss.item() - want.loss.item()) < 1e-5, step
+        assert got.tau.item() == want.tau.item(), step
+    assert forwards == [8, 8, 8]  # the first epoch only
+    assert len(trainer._contexts) == 24
