@@ -3,14 +3,15 @@
 The HTTP server keeps its routes, SSE and JSON work in this process; the models, their
 engine threads and the KV cache live in a child (`omlx.enginehost.host`). Generation
 events stream back as they are produced (one write per child event-loop turn, every
-stream's events together); calls (load, embed, ...) are answered with the pool's fresh
-state; between calls the child pushes that state twice a second, so the synchronous
-pool methods (stats, status, list_models, model_state) answer at once from a copy at
-most ~0.5 s old.
+stream's events together); calls that change what is loaded or pinned are answered
+with the pool's fresh state; otherwise the child pushes that state twice a second (and
+soon after a request starts or ends), so the synchronous pool methods (stats, status,
+list_models, model_state) answer at once from a copy at most ~0.5 s old.
 
 If the child dies (killed for memory, a crash in native code), every open stream and
-call fails with a 503 that says so, and the child is started again, at the next request
-after at least RESTART_BACKOFF_S from the last start. Imports no MLX.
+call fails with a 503 that says so, and the child is started again at once, or
+RESTART_BACKOFF_S after its last start if it died sooner; a start that fails is tried
+again at the next request. Imports no MLX.
 """
 
 from __future__ import annotations
