@@ -44,6 +44,10 @@ in the process, MLX's included) and adds per step: the kernels launched, the sum
 their durations and the time at least one ran (gpu_busy_ms). A step whose gpu_busy_ms is
 near its step_ms is bound by the device; one far below it, by the host (a wait inside
 async_eval would otherwise pass for host work).
+
+Where nvidia-smi runs, each line also names the GPU (`gpu`) and says what it was doing
+over the timed steps (`gpu_state`: clocks, power, throttle reasons, other processes;
+benchmarks/gpu_state.py): the same step has measured 13 ms in one run and 22 ms in another.
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+from gpu_state import GpuSampler, gpu_identity
 
 PATHS = (
     "generator",
@@ -169,6 +175,21 @@ class KernelClock:
             "gpu_busy_ms": round(busy / steps / 1000, 3),
             "top_kernels_ms": {n[:80]: round(t / steps / 1000, 3) for n, t in top},
         }
+
+
+class Watches:
+    """Everything started and stopped around the timed steps, as one clock."""
+
+    def __init__(self, *clocks) -> None:
+        self.clocks = clocks
+
+    def start(self) -> None:
+        for clock in self.clocks:
+            clock.start()
+
+    def stop(self) -> None:
+        for clock in reversed(self.clocks):
+            clock.stop()
 
 
 def prefill(model, prompts):
@@ -335,34 +356,41 @@ def main() -> None:
         model = build_target(args.shape, getattr(mx, args.dtype))
         vocab = SHAPES[args.shape]["vocab_size"]
     paths = args.paths.split(",")
-    for batch in (int(b) for b in args.batches.split(",")):
-        mx.random.seed(batch)
-        prompts = mx.random.randint(0, vocab, (batch, args.prompt)).tolist()
-        for path in paths:
-            clock = KernelClock(args.kernels)
-            if path in ("generator",) or path.startswith("fused"):
-                rows = generator_path(model, prompts, args.steps, args.warm, path, clock)
-            else:
-                rows = loop_path(model, prompts, args.steps, args.warm, path, clock)
-            line = {
-                "bench": "decode_step_anatomy",
-                "date": time.strftime("%Y-%m-%d %H:%M"),
-                "machine": f"{platform.machine()}",
-                "device": str(mx.default_device()),
-                "shape": args.shape,
-                "dtype": args.dtype,
-                "path": path,
-                "batch": batch,
-                "prompt": args.prompt,
-                "steps": args.steps,
-                **summary(rows, batch),
-                **clock.summary(args.steps),
-            }
-            print(json.dumps(line), flush=True)
-            if args.out:
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(line) + "\n")
-            mx.clear_cache()
+    identity = gpu_identity()  # which card, its driver, clocks and power limit
+    with GpuSampler() as sampler:
+        for batch in (int(b) for b in args.batches.split(",")):
+            mx.random.seed(batch)
+            prompts = mx.random.randint(0, vocab, (batch, args.prompt)).tolist()
+            for path in paths:
+                kernels, gpu = KernelClock(args.kernels), sampler.window()
+                clock = Watches(kernels, gpu)  # both watch the timed steps only
+                if path in ("generator",) or path.startswith("fused"):
+                    rows = generator_path(model, prompts, args.steps, args.warm, path, clock)
+                else:
+                    rows = loop_path(model, prompts, args.steps, args.warm, path, clock)
+                line = {
+                    "bench": "decode_step_anatomy",
+                    "date": time.strftime("%Y-%m-%d %H:%M"),
+                    "machine": f"{platform.machine()}",
+                    "device": str(mx.default_device()),
+                    **({"gpu": identity} if identity is not None else {}),
+                    "shape": args.shape,
+                    "dtype": args.dtype,
+                    "path": path,
+                    "batch": batch,
+                    "prompt": args.prompt,
+                    "steps": args.steps,
+                    **summary(rows, batch),
+                    **kernels.summary(args.steps),
+                }
+                gpu_state = gpu.state()
+                if gpu_state is not None:
+                    line["gpu_state"] = gpu_state
+                print(json.dumps(line), flush=True)
+                if args.out:
+                    with open(args.out, "a") as f:
+                        f.write(json.dumps(line) + "\n")
+                mx.clear_cache()
 
 
 if __name__ == "__main__":

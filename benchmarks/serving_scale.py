@@ -30,6 +30,9 @@ engine thread and of the event-loop thread (read from /proc, Linux only).
 
 One JSON line per path and level (--out appends them as they finish, so a run cut short
 keeps what it measured); --budget-s skips what would start after that many seconds.
+Where nvidia-smi runs, every line also names the GPU (`gpu`) and says what it was doing
+while the level ran (`gpu_state`: clocks, power, throttle reasons, other processes;
+benchmarks/gpu_state.py).
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+from gpu_state import GpuSampler, GpuWindow, gpu_identity
 
 from omlx.loadgen.client import filler_prompt
 from omlx.loadgen.percentiles import percentile
@@ -369,12 +374,20 @@ class Run:
     emit: object  # callable(record)
     peer_args: list[str]
     max_running: int
+    gpu: GpuSampler  # a no-op without nvidia-smi
     label: str = ""
     py_spy: str = ""
     profile_level: int = 64
 
     def left(self) -> bool:
         return time.monotonic() < self.deadline
+
+    def measure(self, path: str, n: int, result: dict, gpu: GpuWindow) -> None:
+        """Emit one level's line with what the GPU was doing while it ran."""
+        gpu_state = gpu.state()
+        if gpu_state is not None:
+            result["gpu_state"] = gpu_state
+        self.emit({"path": path, "streams": n, **result})
 
 
 def eos_ids(model_dir: Path) -> list[int]:
@@ -392,11 +405,13 @@ def run_bare(run: Run) -> None:
     for i, n in enumerate(run.levels["bare"]):
         if not run.left():
             break
-        result = bare_level(model, tok, n, run.words, run.tokens, salt=10 + i)
-        run.emit({"path": "bare", "streams": n, **result})
+        with run.gpu.window() as gpu:
+            result = bare_level(model, tok, n, run.words, run.tokens, salt=10 + i)
+        run.measure("bare", n, result, gpu)
         if n == 1:  # one stream also through the plain loop (no batch, no mask)
-            result = bare_loop_level(model, tok, run.words, run.tokens, salt=10 + i)
-            run.emit({"path": "bare_loop", "streams": 1, **result})
+            with run.gpu.window() as gpu:
+                result = bare_loop_level(model, tok, run.words, run.tokens, salt=10 + i)
+            run.measure("bare_loop", 1, result, gpu)
     del model, tok
     gc.collect()
     mx.clear_cache()
@@ -424,11 +439,11 @@ async def run_engine(run: Run) -> None:
             if not run.left():
                 break
             window = TraceWindow(trace_path)
-            with window:
+            with window, run.gpu.window() as gpu:
                 result = await engine_level(pool, n, run.words, run.tokens, 20 + i, eos)
             if run.trace:
                 result["breakdown"] = window.breakdown(result["tokens"])
-            run.emit({"path": "engine", "streams": n, **result})
+            run.measure("engine", n, result, gpu)
     finally:
         await pool.close()
     import mlx.core as mx
@@ -464,11 +479,11 @@ async def run_http(run: Run, path: str) -> None:
             if not run.left():
                 break
             window = TraceWindow(trace_path)
-            with window, _profiled(run, path, n, window.pid):
+            with window, _profiled(run, path, n, window.pid), run.gpu.window() as gpu:
                 result = await http_level(base, name, n, run.words, run.tokens, 30 + i, eos)
             if run.trace and path == "omlx_http":
                 result["breakdown"] = window.breakdown(result["tokens"])
-            run.emit({"path": path, "streams": n, **result})
+            run.measure(path, n, result, gpu)
 
 
 @contextlib.contextmanager
@@ -570,6 +585,9 @@ def main() -> None:
         "max_tokens": args.tokens,
         "label": args.label,
     }
+    identity = gpu_identity()
+    if identity is not None:  # which card, its driver, clocks and power limit
+        facts["gpu"] = identity
 
     def emit(record: dict) -> None:
         emit_json_line({**facts, **record}, args.out)
@@ -586,20 +604,22 @@ def main() -> None:
         emit=emit,
         peer_args=args.peer_args.split(),
         max_running=args.max_running,
+        gpu=GpuSampler(),
         label=args.label,
         py_spy=args.py_spy,
         profile_level=args.profile_level,
     )
-    for path in run.levels:
-        if not run.left():
-            print(f"budget spent: {path} skipped", flush=True)
-            continue
-        if path == "bare":
-            run_bare(run)
-        elif path == "engine":
-            asyncio.run(run_engine(run))
-        else:
-            asyncio.run(run_http(run, path))
+    with run.gpu:
+        for path in run.levels:
+            if not run.left():
+                print(f"budget spent: {path} skipped", flush=True)
+                continue
+            if path == "bare":
+                run_bare(run)
+            elif path == "engine":
+                asyncio.run(run_engine(run))
+            else:
+                asyncio.run(run_http(run, path))
 
 
 if __name__ == "__main__":

@@ -8,10 +8,19 @@
 # ORDER=split: the bare generator, an untimed warm-up of omlx's kernels, the defaults
 # over HTTP with the models in an engine process (label "auto"), then
 # `server.engine_process = "off"` at 64 and 128 streams (label "in-process"), then the
-# bare generator again.
+# bare generator again. Where nvidia-smi exists, its plain report (the card, clocks,
+# power, other processes) goes into the log at the start and again at the end.
 #   benchmarks/serving_scale_gpu.sh TOKENIZER_DIR WORKDIR [BUDGET_S] [LEVELS]
 set -euo pipefail
 tok=$1 work=$2 budget=${3:-300} levels=${4:-1,32,64,128,256}
+gpu_report() {
+    if command -v nvidia-smi >/dev/null; then
+        echo "== nvidia-smi ($1, $(date '+%Y-%m-%d %H:%M:%S')) =="
+        nvidia-smi || true
+    fi
+}
+gpu_report start
+trap 'gpu_report end' EXIT  # a failed step still leaves the end report
 out=${OUT:-$work/out}
 mkdir -p "$out"
 common=(--tokenizer "$tok" --workdir "$work" --trace --out "$out/serving_scale.jsonl")
