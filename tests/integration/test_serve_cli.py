@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -141,6 +142,32 @@ def test_serve_on_a_busy_port_says_which_flag_and_prints_no_banner() -> None:
     assert f"127.0.0.1:{port} is already in use" in text
     assert "--port" in text and "OMLX_SERVER__PORT" in text
     assert "serving at" not in text and "Traceback" not in text
+
+
+def test_serve_run_in_process_leaves_root_logging_as_it_was(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The command's log handler writes to the stderr of its run; a CliRunner closes that
+    stream when the run returns, so a handler left behind made every later record (a
+    live server's request lines in later tests) a "--- Logging error ---" dump."""
+    from typer.testing import CliRunner
+
+    from omlx.cli.main import app
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            result = CliRunner().invoke(app, ["serve", "--port", str(port)])
+        assert result.exit_code == 1  # after logging was configured: the port is checked then
+        assert root.handlers == handlers and root.level == level
+        logging.getLogger("omlx.server.access").warning("a record after the run")
+        assert "Logging error" not in capsys.readouterr().err
+    finally:
+        root.handlers[:], root.level = handlers, level  # a failure here spoils no later test
 
 
 def test_serve_with_an_unknown_default_model_fails_clearly() -> None:

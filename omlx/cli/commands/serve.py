@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,12 +106,17 @@ def serve(
 
         draft_section = msgspec.structs.replace(settings.draft, path="random")
         settings = msgspec.structs.replace(settings, draft=draft_section)
-    configure_logging(settings.log.level)
-    run_server(settings, loaded)
+    with configured_logging(settings.log.level):
+        run_server(settings, loaded)
 
 
-def configure_logging(level: str) -> None:
-    """Root logging once, tagging every record with the current request id and model."""
+@contextlib.contextmanager
+def configured_logging(level: str) -> Iterator[None]:
+    """Root logging for the run, tagging every record with the current request id and model.
+
+    Put back as it was when the run ends: the handler holds the stderr of this run, which
+    a caller running the command in-process (a test's CliRunner) closes afterwards.
+    """
     from omlx.server.request_log import RequestContextFilter, SafeFormatter
 
     handler = logging.StreamHandler()
@@ -118,8 +125,14 @@ def configure_logging(level: str) -> None:
         SafeFormatter("%(asctime)s %(levelname)-7s %(name)s [%(request_id)s] %(message)s")
     )
     root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
     root.handlers[:] = [handler]
     root.setLevel(level)
+    try:
+        yield
+    finally:
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)
 
 
 def run_server(settings: Settings, loaded: LoadedSettings | None = None) -> None:
