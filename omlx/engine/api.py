@@ -261,6 +261,14 @@ class ModelPool(Protocol):
         """Stream events for one request; raises OmlxError subclasses before the first one."""
         ...
 
+    async def generate_into(
+        self, request: GenerationRequest, deliver: Callable[[GenerationEvent], None]
+    ) -> None:
+        """`generate`, each event handed to `deliver` (on the event loop) as it comes;
+        returns after Done or Failed. Cancelling the caller cancels the request. The
+        server's streams take this path: no task is woken per token on the way."""
+        ...
+
     async def count_tokens(self, request: GenerationRequest) -> int: ...
 
     def cancel(self, request_id: RequestId) -> None: ...

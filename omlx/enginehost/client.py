@@ -24,7 +24,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -159,7 +159,8 @@ class RemotePool:
         self.cache: RemoteCache | None = RemoteCache(self) if settings.cache.enabled else None
         self._out: BatchWriter | None = None
         self._reader: asyncio.Task[None] | None = None
-        self._streams: dict[RequestId, asyncio.Queue[Any]] = {}
+        # Each open stream's handler of the messages the child sends for it.
+        self._streams: dict[RequestId, Callable[[Any], None]] = {}
         self._calls: dict[int, asyncio.Future[Reply]] = {}
         self._ids = itertools.count()
         self._closed: asyncio.Future[None] | None = None
@@ -194,9 +195,9 @@ class RemotePool:
         if type(message) is tuple and message[0] == TOKEN_TAG:
             message = unpack_token(message)
         if isinstance(message, _STREAM_MESSAGES):
-            queue = self._streams.get(message.request_id)
-            if queue is not None:
-                queue.put_nowait(message)
+            on_message = self._streams.get(message.request_id)
+            if on_message is not None:
+                on_message(message)
         elif isinstance(message, Reply):
             if message.state is not None:
                 self._state = message.state
@@ -227,8 +228,8 @@ class RemotePool:
             "restarted: retry shortly",
             retry_after_s=5,
         )
-        for rid, queue in self._streams.items():
-            queue.put_nowait(GenerateFailed(rid, error))
+        for rid, on_message in list(self._streams.items()):
+            on_message(GenerateFailed(rid, error))
         for future in self._calls.values():
             if not future.done():
                 future.set_result(Reply(-1, False, error))
@@ -279,7 +280,7 @@ class RemotePool:
         out = await self._writer()
         rid = request.request_id
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        self._streams[rid] = queue
+        self._streams[rid] = queue.put_nowait
         out.send(Generate(request))
         finished = False
         try:
@@ -296,6 +297,34 @@ class RemotePool:
         finally:
             self._streams.pop(rid, None)
             if not finished:
+                self.cancel(rid)
+
+    async def generate_into(
+        self, request: GenerationRequest, deliver: Callable[[GenerationEvent], None]
+    ) -> None:
+        out = await self._writer()
+        rid = request.request_id
+        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def on_message(message: Any) -> None:  # on the reader's turn: no task per token
+            if ended.done():
+                return
+            if isinstance(message, Ended):
+                ended.set_result(None)
+            elif isinstance(message, GenerateFailed):
+                ended.set_exception(message.error)
+            else:
+                deliver(message)
+                if isinstance(message, Done | Failed):
+                    ended.set_result(None)
+
+        self._streams[rid] = on_message
+        out.send(Generate(request))
+        try:
+            await ended
+        finally:
+            self._streams.pop(rid, None)
+            if ended.cancelled() or not ended.done():
                 self.cancel(rid)
 
     def cancel(self, request_id: RequestId) -> None:

@@ -1,7 +1,10 @@
 """One request's engine events, read without blocking, with keep-alive ticks and cancel.
 
-The pool's event iterator runs in its own task and feeds a queue, so waiting for the
-next event with a timeout never cancels the engine's iterator halfway through.
+The pool hands events over through `generate_into`, in the engine's once-a-step hand-off
+on the event loop, straight into this stream's queue: the response's task is the only
+one woken per token (a task pumping the pool's iterator cost another wake-up a token, on
+the thread whose GIL the engine needs). Waiting for the next event with a timeout never
+cancels the engine's request halfway through.
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ class _IdleTimer:
 
 
 class EventStream:
-    """Runs `pool.generate(request)` in a task; `close()` cancels it in the engine."""
+    """Runs `pool.generate_into(request)` in a task; `close()` cancels it in the engine."""
 
     def __init__(self, pool: ModelPool, request: GenerationRequest) -> None:
         self._pool = pool
@@ -80,26 +83,31 @@ class EventStream:
         self._queue: asyncio.Queue[Item] = asyncio.Queue()
         self._pending: list[Item] = []
         self.is_finished = False
+        self._has_ended = False  # the pool delivered Done or Failed
         self._is_closed = False
-        self._task = asyncio.get_running_loop().create_task(self._pump())
+        self._task = asyncio.get_running_loop().create_task(self._run())
 
-    async def _pump(self) -> None:
+    async def _run(self) -> None:
         try:
-            async for event in self._pool.generate(self.request):
-                self._queue.put_nowait(event)
-                if isinstance(event, Done | Failed):
-                    return
+            await self._pool.generate_into(self.request, self._deliver)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # errors raised before/between events reach the reader
-            self._queue.put_nowait(Failed(self.request_id, e))
+            self._deliver(Failed(self.request_id, e))
             return
-        self._queue.put_nowait(
+        self._deliver(
             Failed(self.request_id, EngineStreamEnded("engine stream ended without a result"))
         )
 
+    def _deliver(self, event: GenerationEvent) -> None:
+        if self._has_ended:
+            return  # one final event: nothing is read after it
+        self._has_ended = isinstance(event, Done | Failed)
+        self._queue.put_nowait(event)
+
     async def next(self, timeout_s: float | None = None) -> Item | None:
-        """The next event, or None if none arrived within `timeout_s`."""
+        """The next event, or None if none arrived within `timeout_s`. Tokens already
+        queued behind a Token come merged into it (see `_merge_queued`)."""
         if self._pending:
             event = self._pending.pop(0)
         elif not self._queue.empty():  # fast path: wait_for costs a task per call
@@ -111,9 +119,28 @@ class EventStream:
                 event = await asyncio.wait_for(self._queue.get(), timeout_s)
             except TimeoutError:
                 return None
+        if isinstance(event, Token) and not self._queue.empty():
+            event = self._merge_queued(event)
         if isinstance(event, Done | Failed):
             self.is_finished = True
         return event
+
+    def _merge_queued(self, token: Token) -> Token:
+        """`token` with the Tokens queued behind it, up to the first one that cannot join.
+
+        When the event loop falls behind the engine (many streams), a stream's tokens of
+        several steps wait here; rendering them as one event costs the loop (and the GIL
+        the engine thread needs) one frame instead of one per token.
+        """
+        merged = token
+        while not self._queue.empty():
+            event = self._queue.get_nowait()
+            joined = merge_tokens(merged, event) if isinstance(event, Token) else None
+            if joined is None:
+                self._pending.insert(0, event)
+                break
+            merged = joined
+        return merged
 
     def model_is_loaded(self) -> bool:
         return any(m.id == self.request.model and m.loaded for m in self._pool.list_models())
@@ -165,6 +192,26 @@ class EventStream:
             self._queue.put_nowait(
                 Failed(self.request_id, ClientDisconnected("client disconnected"))
             )
+
+
+def merge_tokens(first: Token, second: Token) -> Token | None:
+    """One Token for two consecutive ones; None where one event would say something else:
+    around a tool call, or mixing reasoning and content (renderers put a Token's reasoning
+    first and count all its tokens as reasoning)."""
+    if first.tool_calls or second.tool_calls:
+        return None
+    if (first.reasoning or second.reasoning) and (first.text or second.text):
+        return None
+    logprobs = None
+    if first.logprobs is not None or second.logprobs is not None:
+        logprobs = [*(first.logprobs or ()), *(second.logprobs or ())]
+    return Token(
+        first.request_id,
+        first.text + second.text,
+        [*first.token_ids, *second.token_ids],
+        first.reasoning + second.reasoning,
+        logprobs=logprobs,
+    )
 
 
 async def watch_disconnect(receive: Any, stream: EventStream) -> None:

@@ -38,7 +38,12 @@ def sse_events(server: LiveServer, body: dict) -> list[tuple[str, dict]]:
 def test_exact_event_sequence(pool: FakeModelPool, server: LiveServer) -> None:
     call = ToolCall(id="call_9", name="f", arguments='{"x": 1}')
     pool.script_for = lambda req: text_script(
-        ["A", "B"], reasoning=["r1", "r2"], tool_calls=[call], prompt_tokens=9, cached_tokens=4
+        ["A", "B"],
+        reasoning=["r1", "r2"],
+        tool_calls=[call],
+        prompt_tokens=9,
+        cached_tokens=4,
+        token_delay_s=0.02,
     )
     events = sse_events(server, {"model": "fake-model", "max_tokens": 50, "messages": USER})
     names = [name for name, _ in events]

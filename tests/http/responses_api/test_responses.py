@@ -123,7 +123,9 @@ def test_store_is_bounded_and_unknown_ids_are_404(
 
 def test_stream_event_sequence(pool: FakeModelPool, client: openai.OpenAI) -> None:
     call = ToolCall(id="call_5", name="shell", arguments='{"cmd": "pwd"}')
-    pool.script_for = lambda req: text_script(["A", "B"], reasoning=["r"], tool_calls=[call])
+    pool.script_for = lambda req: text_script(
+        ["A", "B"], reasoning=["r"], tool_calls=[call], token_delay_s=0.02
+    )
     events = list(client.responses.create(model="fake-model", input="hi", stream=True))
     kinds = [e.type for e in events]
     assert kinds == [
