@@ -331,6 +331,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=48)
     ap.add_argument("--warm", type=int, default=8)
     ap.add_argument("--paths", default=",".join(PATHS))
+    ap.add_argument(
+        "--layouts",
+        default="mlx",
+        help="weights as loaded (mlx), sibling projections fused (fused), input-major "
+        "linears as omlx's engine keeps them on a CPU (input_major), or both "
+        "(input_major_fused); each a fresh model, one after the other",
+    )
     ap.add_argument("--out", default="")
     ap.add_argument("--smoke", action="store_true", help="tiny shape, small batches")
     ap.add_argument("--kernels", action="store_true", help="device kernel time (CUDA)")
@@ -344,6 +351,20 @@ def main() -> None:
 
     import mlx.core as mx
 
+    paths = args.paths.split(",")
+    identity = gpu_identity()  # which card, its driver, clocks and power limit
+    with GpuSampler() as sampler:
+        for layout in args.layouts.split(","):
+            model, vocab = load_model(args, layout)
+            measure(args, model, vocab, layout, paths, identity, sampler)
+            del model
+            mx.clear_cache()
+
+
+def load_model(args: argparse.Namespace, layout: str) -> tuple[object, int]:
+    """The model with its weights laid out as `layout` says (see --layouts)."""
+    import mlx.core as mx
+
     if args.model:  # a real model folder (e.g. the default model, as data generation runs it)
         from mlx_lm import load
 
@@ -353,44 +374,58 @@ def main() -> None:
     else:
         from dflash_bench import SHAPES, build_target
 
+        mx.random.seed(0)  # the same weights for every layout
         model = build_target(args.shape, getattr(mx, args.dtype))
         vocab = SHAPES[args.shape]["vocab_size"]
-    paths = args.paths.split(",")
-    identity = gpu_identity()  # which card, its driver, clocks and power limit
-    with GpuSampler() as sampler:
-        for batch in (int(b) for b in args.batches.split(",")):
-            mx.random.seed(batch)
-            prompts = mx.random.randint(0, vocab, (batch, args.prompt)).tolist()
-            for path in paths:
-                kernels, gpu = KernelClock(args.kernels), sampler.window()
-                clock = Watches(kernels, gpu)  # both watch the timed steps only
-                if path in ("generator",) or path.startswith("fused"):
-                    rows = generator_path(model, prompts, args.steps, args.warm, path, clock)
-                else:
-                    rows = loop_path(model, prompts, args.steps, args.warm, path, clock)
-                line = {
-                    "bench": "decode_step_anatomy",
-                    "date": time.strftime("%Y-%m-%d %H:%M"),
-                    "machine": f"{platform.machine()}",
-                    "device": str(mx.default_device()),
-                    **({"gpu": identity} if identity is not None else {}),
-                    "shape": args.shape,
-                    "dtype": args.dtype,
-                    "path": path,
-                    "batch": batch,
-                    "prompt": args.prompt,
-                    "steps": args.steps,
-                    **summary(rows, batch),
-                    **kernels.summary(args.steps),
-                }
-                gpu_state = gpu.state()
-                if gpu_state is not None:
-                    line["gpu_state"] = gpu_state
-                print(json.dumps(line), flush=True)
-                if args.out:
-                    with open(args.out, "a") as f:
-                        f.write(json.dumps(line) + "\n")
-                mx.clear_cache()
+    if "fused" in layout:
+        from omlx.mlx_lm_compat.fused_projections import fuse_projections
+
+        fuse_projections(model)
+    if layout.startswith("input_major"):
+        from omlx.platform.weight_layout import use_input_major_linears
+
+        use_input_major_linears(model)
+    return model, vocab
+
+
+def measure(args, model, vocab, layout, paths, identity, sampler) -> None:
+    """Every path at every batch size on one model; one JSON line each."""
+    import mlx.core as mx
+
+    for batch in (int(b) for b in args.batches.split(",")):
+        mx.random.seed(batch)
+        prompts = mx.random.randint(0, vocab, (batch, args.prompt)).tolist()
+        for path in paths:
+            kernels, gpu = KernelClock(args.kernels), sampler.window()
+            clock = Watches(kernels, gpu)  # both watch the timed steps only
+            if path in ("generator",) or path.startswith("fused"):
+                rows = generator_path(model, prompts, args.steps, args.warm, path, clock)
+            else:
+                rows = loop_path(model, prompts, args.steps, args.warm, path, clock)
+            line = {
+                "bench": "decode_step_anatomy",
+                "date": time.strftime("%Y-%m-%d %H:%M"),
+                "machine": f"{platform.machine()}",
+                "device": str(mx.default_device()),
+                **({"gpu": identity} if identity is not None else {}),
+                "shape": args.shape,
+                "dtype": args.dtype,
+                "path": path,
+                "layout": layout,
+                "batch": batch,
+                "prompt": args.prompt,
+                "steps": args.steps,
+                **summary(rows, batch),
+                **kernels.summary(args.steps),
+            }
+            gpu_state = gpu.state()
+            if gpu_state is not None:
+                line["gpu_state"] = gpu_state
+            print(json.dumps(line), flush=True)
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(line) + "\n")
+            mx.clear_cache()
 
 
 if __name__ == "__main__":

@@ -138,6 +138,14 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
             "into the query rows; experimental, see omlx/mlx_lm_compat/decode_attention.py)"
         ),
     ] = "mlx"
+    fused_projections: Annotated[
+        Literal["off", "on"],
+        _doc(
+            "Compute each layer's q/k/v and gate/up projections as one matmul each (weights "
+            "concatenated at load): fewer kernels per step, for GPUs whose decode step is "
+            "bound by the host; experimental, see omlx/mlx_lm_compat/fused_projections.py"
+        ),
+    ] = "off"
 
     def prefill_rows(self, cuda: bool) -> int:
         """prefill_batch_size with auto (0) resolved for the device."""

@@ -29,9 +29,10 @@ class LoadedModel:
     sampling_defaults: dict[str, float | int] = field(default_factory=dict)
 
 
-def load_text_model(name: str, path: Path) -> LoadedModel:
+def load_text_model(name: str, path: Path, *, fuse_projections: bool = False) -> LoadedModel:
     """mlx_lm.load plus what the engine needs: EOS ids (config and generation_config),
-    the sampling defaults (generation_config), the context window and the vocabulary size."""
+    the sampling defaults (generation_config), the context window and the vocabulary size.
+    `fuse_projections`: sibling projections as one matmul (engine.fused_projections)."""
     from omlx.mlx_lm_compat import load, warn_if_unchecked
 
     warn_if_unchecked()
@@ -39,6 +40,10 @@ def load_text_model(name: str, path: Path) -> LoadedModel:
         model, tokenizer, config = load(str(path), return_config=True)
     except (FileNotFoundError, ValueError) as e:
         raise ImportFailed(f"cannot load model {name!r} from {path}: {e}") from e
+    if fuse_projections:  # before the layout swap, which then takes the fused layers too
+        from omlx.mlx_lm_compat.fused_projections import fuse_projections as fuse
+
+        log.debug("model %s: %d projection groups fused", name, fuse(model))
     if wants_input_major():
         swapped = use_input_major_linears(model)
         log.debug("model %s: %d linears stored input-major", name, swapped)

@@ -115,9 +115,9 @@ def test_concurrent_first_requests_load_once(tiny_dir, monkeypatch):
     calls = []
     real = mlx_backend.load_text_model
 
-    def counting(name, path):
+    def counting(name, path, **options):
         calls.append(name)
-        return real(name, path)
+        return real(name, path, **options)
 
     monkeypatch.setattr(mlx_backend, "load_text_model", counting)
 
