@@ -11,12 +11,14 @@ from mlx.utils import tree_flatten
 from mlx_lm.generate import generate_step
 
 from omlx.engine.loading import load_text_model
+from omlx.engine.mlx_backend import MLXBackend
 from omlx.mlx_lm_compat.fused_projections import (
     FusedProjections,
     ProjectionPart,
     fuse_projections,
 )
 from omlx.platform.weight_layout import InputMajorLinear
+from omlx.settings import EngineSettings
 from tests.fixtures.tiny_models import ARCHS, build_tiny_in_memory
 from tests.mlx.engine.engine_helpers import collect, request, run_with_pool
 
@@ -104,6 +106,13 @@ def test_the_engine_loads_fused_and_input_major_on_request(tiny_llama_dir: Path)
     assert linears and all(type(lin) is InputMajorLinear for lin in linears)  # on the CPU
     assert fused.weight_bytes == plain.weight_bytes
     assert _greedy(fused.model, PROMPT, 10) == _greedy(plain.model, PROMPT, 10)
+
+
+def test_the_engine_setting_reaches_the_load(tiny_llama_dir: Path) -> None:
+    for value, expect in (("off", False), ("on", True)):
+        backend = MLXBackend(EngineSettings(fused_projections=value))
+        loaded = backend.load("tiny", tiny_llama_dir)
+        assert bool(_modules(loaded.model, FusedProjections)) is expect
 
 
 def test_engine_setting_serves_the_same_greedy_tokens(tiny_llama_dir: Path) -> None:
