@@ -55,6 +55,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import platform
 import statistics
 import sys
@@ -123,6 +124,9 @@ class KernelClock:
     def __init__(self, enabled: bool) -> None:
         self._prof = None
         self.kernels: list[tuple[str, float, float]] = []  # (name, start_us, end_us)
+        # CUDA runtime/driver calls CUPTI saw on the host (cudaGraphInstantiate against
+        # cudaGraphExecUpdate tells whether MLX rebuilds its CUDA graphs every step)
+        self.api_calls: list[tuple[str, float]] = []  # (name, duration_us)
         if not enabled:
             return
         try:
@@ -153,6 +157,8 @@ class KernelClock:
             for e in self._prof.events():
                 if e.device_type.name == "CUDA":
                     self.kernels.append((e.name, e.time_range.start, e.time_range.end))
+                elif e.name.startswith("cu"):
+                    self.api_calls.append((e.name, e.time_range.end - e.time_range.start))
         except Exception as e:
             self.error = f"stop: {e!r}"[:300]
 
@@ -174,6 +180,44 @@ class KernelClock:
             "gpu_sum_ms": round(sum(b - a for _, a, b in self.kernels) / steps / 1000, 3),
             "gpu_busy_ms": round(busy / steps / 1000, 3),
             "top_kernels_ms": {n[:80]: round(t / steps / 1000, 3) for n, t in top},
+            **api_summary(self.api_calls, steps),
+        }
+
+
+def api_summary(calls: list[tuple[str, float]], steps: int) -> dict:
+    """Per step: how often each CUDA API call ran and its host time (the top ten by time)."""
+    if not calls:
+        return {}
+    count: dict[str, int] = {}
+    spent: dict[str, float] = {}
+    for name, us in calls:
+        count[name] = count.get(name, 0) + 1
+        spent[name] = spent.get(name, 0.0) + us
+    top = sorted(spent, key=lambda n: -spent[n])[:10]
+    return {
+        "api_calls_per_step": {n: round(count[n] / steps, 2) for n in top},
+        "api_ms_per_step": {n: round(spent[n] / steps / 1000, 3) for n in top},
+        "api_total_ms_per_step": round(sum(spent.values()) / steps / 1000, 3),
+    }
+
+
+class ThreadCpu:
+    """This thread's CPU time over the timed steps against their wall time: equal when the
+    host works (or spins on the GPU) throughout, lower when it sleeps in a wait."""
+
+    def __init__(self) -> None:
+        self.cpu = self.wall = 0.0
+
+    def start(self) -> None:
+        self.cpu, self.wall = time.thread_time(), time.perf_counter()
+
+    def stop(self) -> None:
+        self.cpu, self.wall = time.thread_time() - self.cpu, time.perf_counter() - self.wall
+
+    def summary(self, steps: int) -> dict:
+        return {
+            "thread_cpu_ms_per_step": round(1000 * self.cpu / steps, 2),
+            "wall_ms_per_step": round(1000 * self.wall / steps, 2),
         }
 
 
@@ -321,6 +365,26 @@ def summary(rows, batch: int) -> dict:
     }
 
 
+CUDA_SYNC_FLAGS = {"spin": 0x1, "yield": 0x2, "blocking": 0x4}
+
+
+def set_cuda_sync(mode: str) -> str:
+    """Set device 0's primary-context scheduling flag through the driver API before MLX
+    creates the context; what was done ("auto": nothing; an error string if it failed)."""
+    if mode == "auto":
+        return mode
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        if cuda.cuInit(0) != 0:
+            return f"{mode}: cuInit failed"
+        rc = cuda.cuDevicePrimaryCtxSetFlags(0, CUDA_SYNC_FLAGS[mode])
+    except OSError as e:
+        return f"{mode}: {e}"[:200]
+    return mode if rc == 0 else f"{mode}: cuDevicePrimaryCtxSetFlags returned {rc}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="qwen3-8b")
@@ -338,6 +402,14 @@ def main() -> None:
         "linears as omlx's engine keeps them on a CPU (input_major), or both "
         "(input_major_fused); each a fresh model, one after the other",
     )
+    ap.add_argument(
+        "--cuda-sync",
+        choices=("auto", "spin", "yield", "blocking"),
+        default="auto",
+        help="how the host waits for the GPU (the CUDA context's scheduling flag, set "
+        "before MLX starts): whether a wait shows up as the thread's CPU time",
+    )
+    ap.add_argument("--label", default="", help="a name for this run's lines")
     ap.add_argument("--out", default="")
     ap.add_argument("--smoke", action="store_true", help="tiny shape, small batches")
     ap.add_argument("--kernels", action="store_true", help="device kernel time (CUDA)")
@@ -345,6 +417,7 @@ def main() -> None:
     from omlx.platform.blas import reexec_with_blas
 
     reexec_with_blas()  # the BLAS `omlx serve` runs on; a no-op on CUDA
+    args.cuda_sync = set_cuda_sync(args.cuda_sync)
     if args.smoke:
         args.shape, args.dtype, args.batches = "tiny", "float32", "1,4"
         args.steps, args.prompt = 6, 16
@@ -396,14 +469,16 @@ def measure(args, model, vocab, layout, paths, identity, sampler) -> None:
         mx.random.seed(batch)
         prompts = mx.random.randint(0, vocab, (batch, args.prompt)).tolist()
         for path in paths:
-            kernels, gpu = KernelClock(args.kernels), sampler.window()
-            clock = Watches(kernels, gpu)  # both watch the timed steps only
+            kernels, gpu, cpu = KernelClock(args.kernels), sampler.window(), ThreadCpu()
+            clock = Watches(kernels, gpu, cpu)  # all watch the timed steps only
             if path in ("generator",) or path.startswith("fused"):
                 rows = generator_path(model, prompts, args.steps, args.warm, path, clock)
             else:
                 rows = loop_path(model, prompts, args.steps, args.warm, path, clock)
             line = {
                 "bench": "decode_step_anatomy",
+                "label": args.label,
+                "pid": os.getpid(),
                 "date": time.strftime("%Y-%m-%d %H:%M"),
                 "machine": f"{platform.machine()}",
                 "device": str(mx.default_device()),
@@ -412,11 +487,14 @@ def measure(args, model, vocab, layout, paths, identity, sampler) -> None:
                 "dtype": args.dtype,
                 "path": path,
                 "layout": layout,
+                "mlx_env": {k: v for k, v in os.environ.items() if k.startswith("MLX_")},
+                "cuda_sync": args.cuda_sync,
                 "batch": batch,
                 "prompt": args.prompt,
                 "steps": args.steps,
                 **summary(rows, batch),
                 **kernels.summary(args.steps),
+                **cpu.summary(args.steps),
             }
             gpu_state = gpu.state()
             if gpu_state is not None:
