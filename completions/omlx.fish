@@ -123,6 +123,7 @@ complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l vocab-coverage -
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l keep-best -l keep-last -d 'Save the weights of the best held-out τ'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l labels -r -F -d 'reply: the replies'\'' own tokens; greedy: the target'\''s argmax, so sampled replies add contexts, not their sampled choices'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l cache-context -d 'Keep each sequence'\''s target states after its first epoch (later epochs skip the target'\''s forward; memory: tokens x hidden x captured layers x 4 bytes)'
+complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l init-from-target -d 'Start the draft'\''s layers from the target'\''s last layers, not random weights'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l checkpoint-every -r -F -d ''
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l seed -r -F -d ''
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l resume -d 'Continue from OUT/checkpoint'

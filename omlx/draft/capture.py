@@ -135,6 +135,15 @@ class TargetAdapter:
     def num_layers(self) -> int:
         return len(self._layers)
 
+    @property
+    def layers(self) -> list[nn.Module]:
+        return self._layers
+
+    @property
+    def final_norm(self) -> nn.Module | None:
+        """The norm before the LM head (what a draft's own final norm stands in for)."""
+        return getattr(self._text, "norm", None)
+
     def make_cache(self) -> list[Any]:
         cache = [
             VerifyKVCache() if type(c) is KVCache else c for c in make_prompt_cache(self.model)

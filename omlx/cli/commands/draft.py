@@ -111,6 +111,11 @@ def train(
         help="Keep each sequence's target states after its first epoch (later epochs "
         "skip the target's forward; memory: tokens x hidden x captured layers x 4 bytes).",
     ),
+    init_from_target: bool = typer.Option(
+        False,
+        "--init-from-target",
+        help="Start the draft's layers from the target's last layers, not random weights.",
+    ),
     checkpoint_every: int = typer.Option(500, "--checkpoint-every", min=0),
     seed: int = typer.Option(0, "--seed"),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint."),
@@ -189,6 +194,7 @@ def train(
                 vocab_coverage=vocab_coverage,
                 labels=labels,
                 cache_context=cache_context,
+                init_from_target=init_from_target,
                 checkpoint_every=checkpoint_every,
                 seed=seed,
             ),

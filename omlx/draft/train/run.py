@@ -114,6 +114,7 @@ def train_draft(
         block_size=shape.block_size,
         target_layer_ids=shape.target_layer_ids,
         mask_token_id=shape.mask_token_id,
+        rope_from_target=training.init_from_target,
     )
     trainer = Trainer(
         model, draft_cfg, train_samples, eval_samples, training, out, on_event=on_event

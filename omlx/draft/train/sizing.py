@@ -40,6 +40,7 @@ def draft_config(
     block_size: int = DEFAULT_DRAFT_BLOCK_SIZE,
     target_layer_ids: tuple[int, ...] | None = None,
     mask_token_id: int | None = None,
+    rope_from_target: bool = False,
 ) -> DFlashConfig:
     adapter = TargetAdapter(target, (0,))
     hidden, vocab, depth = adapter.hidden_size, adapter.vocab_size, adapter.num_layers
@@ -68,4 +69,10 @@ def draft_config(
         mask_token_id=vocab - 1 if mask_token_id is None else mask_token_id,
         block_size=block_size,
         rms_norm_eps=float(args.get("rms_norm_eps") or 1e-6),
+        # Copied target layers keep the positions they were trained with.
+        **(
+            {"rope_theta": float(args["rope_theta"])}
+            if rope_from_target and args.get("rope_theta")
+            else {}
+        ),
     )

@@ -34,6 +34,7 @@ from omlx.draft.capture import TargetAdapter
 from omlx.draft.config import DFlashConfig
 from omlx.draft.model import DFlashDraftModel
 from omlx.draft.train.data import Sample
+from omlx.draft.train.init_from_target import init_from_target
 from omlx.draft.train.loop_eval import loop_acceptance
 from omlx.draft.train.objective import (
     BlockBatch,
@@ -86,6 +87,9 @@ class TrainConfig:
     # later epochs skip the target's forward pass. Memory: tokens x hidden x captured
     # layers x 4 bytes (float32: ~22 GB for the default model's 9,600 replies).
     cache_context: bool = False
+    # Start the draft's layers and final norm from the target's last layers
+    # (init_from_target.py) instead of random weights.
+    init_from_target: bool = False
     seed: int = 0
 
     def check(self) -> None:
@@ -179,6 +183,8 @@ class Trainer:
         mx.random.seed(cfg.seed)
         self.draft = DFlashDraftModel(draft_cfg)
         self.draft.set_dtype(DTYPES[cfg.dtype])
+        if cfg.init_from_target:
+            init_from_target(self.draft, self.adapter.layers, self.adapter.final_norm)
         self.optimizer = optim.AdamW(
             learning_rate=cfg.lr, betas=[0.9, 0.95], weight_decay=cfg.weight_decay
         )
