@@ -13,15 +13,13 @@ the same seed and schedule; only `init_from_target` differs. One JSON line per e
 from __future__ import annotations
 
 import argparse
-import gzip
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "benchmarks/results/data/distill-4930c67b8bddc3cf.jsonl.gz"
+from carried_data import DATA, read_carried
 
 
 def main() -> None:
@@ -43,19 +41,13 @@ def main() -> None:
     import mlx.core as mx
     from model_dirs import default_model_dir
 
-    from omlx.draft.train.data import read_samples
     from omlx.draft.train.sizing import draft_config
     from omlx.draft.train.trainer import TrainConfig, Trainer
     from omlx.loadgen.server_process import emit_json_line, run_facts
     from omlx.mlx_lm_compat import load
 
     work = Path(tempfile.mkdtemp(prefix="omlx-init-"))
-    data = args.data
-    if data.suffix == ".gz":
-        plain = work / data.stem
-        plain.write_bytes(gzip.decompress(data.read_bytes()))
-        data = plain
-    samples = read_samples(data)
+    samples = read_carried(args.data)
     train = [s for s in samples if s.split == "train"][: args.sequences]
     held_out = [s for s in samples if s.split == "heldout" and s.greedy][: args.eval]
     model, _ = load(str(default_model_dir()))

@@ -12,7 +12,6 @@ comparison. One JSON line per mode.
 from __future__ import annotations
 
 import argparse
-import gzip
 import sys
 import tempfile
 import time
@@ -20,8 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "benchmarks/results/data/distill-4930c67b8bddc3cf.jsonl.gz"
+from carried_data import DATA, read_carried
 
 
 def main() -> None:
@@ -38,19 +36,13 @@ def main() -> None:
     import mlx.core as mx
     from model_dirs import default_model_dir
 
-    from omlx.draft.train.data import read_samples
     from omlx.draft.train.sizing import draft_config
     from omlx.draft.train.trainer import TrainConfig, Trainer
     from omlx.loadgen.server_process import emit_json_line, run_facts
     from omlx.mlx_lm_compat import load
 
     work = Path(tempfile.mkdtemp(prefix="omlx-cache-"))
-    data = args.data
-    if data.suffix == ".gz":
-        plain = work / data.stem
-        plain.write_bytes(gzip.decompress(data.read_bytes()))
-        data = plain
-    samples = [s for s in read_samples(data) if s.split == "train"][: args.sequences]
+    samples = [s for s in read_carried(args.data) if s.split == "train"][: args.sequences]
     model, _ = load(str(default_model_dir()))
     steps_per_epoch = -(-len(samples) // args.batch)
     for cache in (False, True):

@@ -1,0 +1,23 @@
+"""The distilled replies the repository carries (benchmarks/results/data), as samples."""
+
+from __future__ import annotations
+
+import gzip
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "benchmarks/results/data/distill-4930c67b8bddc3cf.jsonl.gz"
+
+
+def read_carried(path: Path = DATA) -> list[Any]:
+    """The samples of a distilled data file, gzipped (unpacked to a temporary file) or not."""
+    from omlx.draft.train.data import read_samples
+
+    if path.suffix != ".gz":
+        return read_samples(path)
+    with tempfile.TemporaryDirectory(prefix="omlx-data-") as tmp:
+        plain = Path(tmp) / path.stem
+        plain.write_bytes(gzip.decompress(path.read_bytes()))
+        return read_samples(plain)
