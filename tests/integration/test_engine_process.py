@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import openai
 import pytest
 
 from omlx.loadgen.server_process import free_port
+from tests.fixtures.background_stream import stream_in_background
 from tests.fixtures.tiny_encoders import build_tiny_bert
 from tests.fixtures.tiny_tokenizer import EOS_TOKEN, tokenizer_vocab
 
@@ -128,27 +128,6 @@ def _ask_claude(base_url: str) -> tuple[str, int]:
     return text, output_tokens
 
 
-def _stream_in_background(base_url: str, body: dict) -> tuple[threading.Thread, list[str]]:
-    """Start a streamed chat request on a thread; returns once content flows (the
-    thread, the SSE lines so far and to come, blank lines dropped)."""
-    lines: list[str] = []
-    streaming = threading.Event()
-
-    def stream() -> None:
-        url = f"{base_url}/v1/chat/completions"
-        with httpx.stream("POST", url, json=body, timeout=60) as r:
-            for line in r.iter_lines():
-                if line:
-                    lines.append(line)
-                if '"content":"' in line and '"content":""' not in line:
-                    streaming.set()
-
-    reader = threading.Thread(target=stream)
-    reader.start()
-    assert streaming.wait(60), "no content streamed"
-    return reader, lines
-
-
 def _gone(pid: int, within_s: float) -> bool:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
@@ -240,7 +219,7 @@ def test_a_killed_engine_process_fails_its_streams_with_503_and_comes_back(
             "logit_bias": {str(tokenizer_vocab()[EOS_TOKEN]): -100}}  # fmt: skip
     with serving(models, tmp_path, "on") as split:
         first = split.engine_pid()
-        reader, lines = _stream_in_background(split.base_url, body)
+        reader, lines = stream_in_background(split.base_url, body)
         os.kill(first, signal.SIGKILL)
         reader.join(30)
         assert not reader.is_alive(), "the stream hung after its engine process died"
@@ -287,7 +266,7 @@ def test_ctrl_c_to_the_process_group_lets_the_open_stream_finish(
             "logit_bias": {str(tokenizer_vocab()[EOS_TOKEN]): -100}}  # fmt: skip
     with serving(models, tmp_path, "on") as split:
         engine = split.engine_pid()
-        reader, lines = _stream_in_background(split.base_url, body)
+        reader, lines = stream_in_background(split.base_url, body)
         split.proc.send_signal(signal.SIGINT)
         os.kill(engine, signal.SIGINT)
         reader.join(60)

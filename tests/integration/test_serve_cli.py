@@ -9,13 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.fixtures.background_stream import stream_in_background
 from tests.fixtures.tiny_tokenizer import EOS_TOKEN, tokenizer_vocab
 
 pytestmark = pytest.mark.timeout(120)
@@ -78,21 +78,7 @@ def test_serve_then_sigterm_lets_the_open_stream_finish(
             "logit_bias": {str(tokenizer_vocab()[EOS_TOKEN]): -100},
             "stream": True,
         }
-        lines: list[str] = []
-        first_content = threading.Event()
-
-        def stream() -> None:
-            url = f"{base_url}/v1/chat/completions"
-            with httpx.stream("POST", url, json=body, headers=headers, timeout=60) as r:
-                for line in r.iter_lines():
-                    if line:
-                        lines.append(line)
-                    if '"content":"' in line and '"content":""' not in line:
-                        first_content.set()
-
-        reader = threading.Thread(target=stream)
-        reader.start()
-        assert first_content.wait(60)
+        reader, lines = stream_in_background(base_url, body, headers)
         proc.send_signal(signal.SIGTERM)
         reader.join(60)
         assert lines[-1] == "data: [DONE]"  # the open stream ran to its end
