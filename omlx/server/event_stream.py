@@ -119,7 +119,8 @@ class EventStream:
                 event = await asyncio.wait_for(self._queue.get(), timeout_s)
             except TimeoutError:
                 return None
-        if isinstance(event, Token) and not self._queue.empty():
+        # Only with nothing held back: held events come before anything still queued.
+        if isinstance(event, Token) and not self._pending and not self._queue.empty():
             event = self._merge_queued(event)
         if isinstance(event, Done | Failed):
             self.is_finished = True

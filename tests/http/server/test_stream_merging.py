@@ -103,3 +103,37 @@ def test_burst_counts_reasoning_tokens_exactly(pool: FakeModelPool, client: open
     assert done.response.usage is not None
     assert done.response.usage.output_tokens_details.reasoning_tokens == 3
     assert done.response.output_text == "AB"
+
+
+def test_held_back_events_keep_their_order_ahead_of_later_tokens() -> None:
+    """admit() reads (and may merge) the first event, then pushes it back: what the merge
+    held back must still come out before tokens queued after it."""
+    import asyncio
+
+    from omlx.engine.api import Done, FinishReason, GenerationRequest
+    from omlx.server.event_stream import EventStream
+
+    script = [
+        Token("r", "a", [1]),
+        Token("r", "b", [2]),
+        Token("r", "", [3], "think"),  # cannot join: held back by the merge
+        Token("r", "c", [4]),
+        Done("r", FinishReason.STOP, 1, 4),
+    ]
+
+    class BurstPool:
+        async def generate_into(self, request, deliver) -> None:
+            for event in script:
+                deliver(event)
+
+    async def read() -> list[Token | Done | None]:
+        stream = EventStream(BurstPool(), GenerationRequest(request_id="r", model="m"))  # type: ignore[arg-type]
+        await asyncio.sleep(0)  # the pool delivers everything
+        first = await stream.next()
+        stream.push_back(first)  # as admit() does
+        return [await stream.next(timeout_s=5) for _ in range(4)]
+
+    events = asyncio.run(read())
+    texts = [(e.text, e.reasoning) for e in events if isinstance(e, Token)]
+    assert texts == [("ab", ""), ("", "think"), ("c", "")]
+    assert isinstance(events[-1], Done)
