@@ -70,11 +70,10 @@ class _Owner:
 class ProjectionPart(nn.Module):
     """Stands where one of the fused projections was; no parameters of its own."""
 
-    def __init__(self, fused: FusedProjections, index: int, in_dims: int, out_dims: int):
+    def __init__(self, fused: FusedProjections, index: int, out_dims: int):
         super().__init__()
         self._owner = _Owner(fused)
         self.index = index
-        self.in_dims = in_dims
         self.out_dims = out_dims
 
     @property
@@ -127,13 +126,12 @@ def _compatible(parts: list[Any]) -> bool:
 
 def _fuse(module: Any, names: tuple[str, ...], parts: list[Any]) -> None:
     out_dims = [int(p.weight.shape[0]) for p in parts]
-    in_dims = _input_dims(parts[0])
     linear = _concatenated(parts)
     mx.eval(linear.parameters())
     fused = FusedProjections(linear, out_dims)
     setattr(module, "fused_" + "_".join(n.removesuffix("_proj") for n in names), fused)
     for i, name in enumerate(names):
-        setattr(module, name, ProjectionPart(fused, i, in_dims, out_dims[i]))
+        setattr(module, name, ProjectionPart(fused, i, out_dims[i]))
 
 
 def _concatenated(parts: list[Any]) -> nn.Module:
