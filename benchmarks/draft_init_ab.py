@@ -1,13 +1,20 @@
-"""A draft started from random weights against one started from the target's last layers.
+"""Draft training settings side by side: same data, seed and schedule, one setting apart.
 
     python benchmarks/draft_init_ab.py [--data FILE] [--sequences 64] [--eval 8] [--steps 64]
-        [--batch 8] [--anchors 16] [--out FILE]
+        [--batch 8] [--anchors 16] [--arms random,target] [--out FILE]
 
 The default model as the target (float32), the first SEQUENCES training sequences of a
 distilled data file (default: the carried one) and its first EVAL held-out greedy ones, a
-4-layer draft with blocks of 16, cached target states. Both arms train the same steps from
-the same seed and schedule; only `init_from_target` differs. One JSON line per evaluation
-(held-out loss, walked τ, block-mean τ, per-position accuracy) and arm.
+4-layer draft with blocks of 16, cached target states. Every arm trains the same steps
+from the same seed and schedule; the arms (ARMS below):
+
+- random / target: random weights against `init_from_target`, no draft vocabulary;
+- full / vocab: a draft vocabulary (99% coverage, so the walked τ drafts through it, as
+  decoding does), the loss's softmax over the whole vocabulary against `vocab_loss`.
+
+One JSON line per evaluation (held-out loss, walked τ, block-mean τ, per-position
+accuracy, training seconds so far) and arm. The held-out loss of a `vocab` arm is over its
+vocabulary's softmax, so compare τ across those two, not loss.
 """
 
 from __future__ import annotations
@@ -20,6 +27,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from carried_data import DATA, read_carried
+
+ARMS = {
+    "random": {"vocab_coverage": 1.0},
+    "target": {"vocab_coverage": 1.0, "init_from_target": True},
+    "full": {"vocab_coverage": 0.99},
+    "vocab": {"vocab_coverage": 0.99, "vocab_loss": True},
+}
 
 
 def main() -> None:
@@ -52,12 +66,12 @@ def main() -> None:
     held_out = [s for s in samples if s.split == "heldout" and s.greedy][: args.eval]
     model, _ = load(str(default_model_dir()))
     for arm in args.arms.split(","):
-        init = arm == "target"
+        settings = ARMS[arm]
+        init = bool(settings.get("init_from_target"))
         cfg = TrainConfig(
             steps=args.steps, batch_size=args.batch, anchors_per_seq=args.anchors,
             lr=args.lr, eval_every=max(1, args.steps // 4), eval_sequences=len(held_out),
-            checkpoint_every=0, cache_context=True, init_from_target=init,
-            vocab_coverage=1.0, save_dtype="float32",
+            checkpoint_every=0, cache_context=True, save_dtype="float32", **settings,
         )  # fmt: skip
         shape = draft_config(model, num_layers=4, block_size=16, rope_from_target=init)
         trainer = Trainer(model, shape, train, held_out, cfg, work / arm)
@@ -73,6 +87,7 @@ def main() -> None:
                     **run_facts(),
                     "device": str(mx.default_device()),
                     "arm": arm,
+                    "draft_vocab": len(trainer.vocab_ids) if trainer.vocab_ids else None,
                     "sequences": len(train),
                     "eval_sequences": len(held_out),
                     "batch": args.batch,

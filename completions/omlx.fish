@@ -120,6 +120,7 @@ complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l shard-mb -r -F -
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l eval-every -r -F -d ''
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l eval-sequences -r -F -d 'Held-out replies walked at each evaluation'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l vocab-coverage -r -F -d 'Draft vocabulary: the tokens making this share of the replies (1: all)'
+complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l vocab-loss -l full-vocab-loss -d 'The loss'\''s softmax over the draft vocabulary only (what drafting chooses among; cheaper), not the target'\''s whole vocabulary'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l keep-best -l keep-last -d 'Save the weights of the best held-out τ'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l labels -r -F -d 'reply: the replies'\'' own tokens; greedy: the target'\''s argmax, so sampled replies add contexts, not their sampled choices'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l cache-context -d 'Keep each sequence'\''s target states after its first epoch (later epochs skip the target'\''s forward; memory: tokens x hidden x captured layers x 4 bytes)'

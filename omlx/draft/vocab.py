@@ -48,7 +48,7 @@ def choose_vocab(replies: Iterable[Sequence[int]], coverage: float) -> list[int]
         seen += counts[token]
         kept += 1
     kept = min(len(ranked), -(-kept // ROUND_TO) * ROUND_TO)
-    return sorted(ranked[:kept])
+    return sorted(int(t) for t in ranked[:kept])
 
 
 def write_vocab(folder: Path, token_ids: Sequence[int], coverage: float) -> Path:
@@ -101,6 +101,12 @@ class RestrictedHead:
         mx.eval([a for a in (*self._rows, self._bias) if a is not None])
 
     def __call__(self, hidden: mx.array) -> mx.array:
+        sub = self.compact(hidden)
+        full = mx.full((*sub.shape[:-1], self.vocab_size), -mx.inf, dtype=sub.dtype)
+        return mx.put_along_axis(full, mx.broadcast_to(self.ids, sub.shape), sub, axis=-1)
+
+    def compact(self, hidden: mx.array) -> mx.array:
+        """Logits over the subset only: [..., len(token_ids)], in `token_ids` order."""
         weight, scales, biases = self._rows
         if self._quant is not None:
             sub = mx.quantized_matmul(
@@ -110,5 +116,4 @@ class RestrictedHead:
             sub = hidden @ weight.T
         if self._bias is not None:
             sub = sub + self._bias
-        full = mx.full((*sub.shape[:-1], self.vocab_size), -mx.inf, dtype=sub.dtype)
-        return mx.put_along_axis(full, mx.broadcast_to(self.ids, sub.shape), sub, axis=-1)
+        return sub

@@ -96,6 +96,12 @@ def train(
         max=1.0,
         help="Draft vocabulary: the tokens making this share of the replies (1: all).",
     ),
+    vocab_loss: bool = typer.Option(
+        True,
+        "--vocab-loss/--full-vocab-loss",
+        help="The loss's softmax over the draft vocabulary only (what drafting chooses "
+        "among; cheaper), not the target's whole vocabulary.",
+    ),
     keep_best: bool = typer.Option(
         True, "--keep-best/--keep-last", help="Save the weights of the best held-out τ."
     ),
@@ -192,6 +198,7 @@ def train(
                 eval_sequences=eval_sequences,
                 keep_best=keep_best,
                 vocab_coverage=vocab_coverage,
+                vocab_loss=vocab_loss,
                 labels=labels,
                 cache_context=cache_context,
                 init_from_target=init_from_target,

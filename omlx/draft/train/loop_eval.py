@@ -13,7 +13,7 @@ per cycle.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -43,7 +43,9 @@ def loop_acceptance(
     block_size: int,
     mask_token_id: int,
     max_len: int | None = None,
+    head: Callable[[mx.array], mx.array] | None = None,
 ) -> LoopAcceptance:
+    """`head`: the drafter's (its vocabulary's RestrictedHead); default the target's."""
     seqs = [list(s.prompt_ids) + list(s.reply_ids) for s in samples]
     if max_len is not None:
         seqs = [seq[:max_len] for seq in seqs]
@@ -69,7 +71,7 @@ def loop_acceptance(
         block[:, 0] = tokens[np.arange(len(seqs)), anchors]
         emb = target.embed(mx.array(block))[:, None]
         out = block_hidden(draft, emb.astype(dtype), hidden, mx.array(anchors[:, None]))
-        logits = target.lm_head(out[:, 1:].astype(emb.dtype))
+        logits = (head or target.lm_head)(out[:, 1:].astype(emb.dtype))
         drafted = np.array(mx.argmax(logits, axis=-1))
         labels = np.take_along_axis(tokens, np.minimum(anchors[:, None] + offsets, width - 1), 1)
         hit = (drafted == labels) & (anchors[:, None] + offsets < lengths[:, None])

@@ -9,6 +9,11 @@ and to its own block, without a causal mask, as in `DraftAttention` at decode ti
 The loss is cross-entropy at every block position k >= 1, weighted by
 w_k = exp(-(k - 1) / gamma): an early miss ends the accepted run, so early positions
 count most (the DFlash paper's weighting).
+
+With a draft vocabulary (`VocabLoss`), the softmax runs over those tokens only, the
+ones the drafter can ever propose (omlx.draft.vocab): what decoding's argmax chooses
+among, at a fraction of the full head's cost. A label outside it is a position no
+draft can win, so it leaves the loss.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import numpy as np
 from omlx.draft.capture import TargetAdapter
 from omlx.draft.model import DFlashDraftModel, DraftAttention
 from omlx.draft.train.data import Sample
+from omlx.draft.vocab import RestrictedHead
 
 PAD_MULTIPLE = 32
 
@@ -183,6 +189,21 @@ def block_hidden(
     return draft.norm(x)
 
 
+@dataclass(frozen=True, slots=True)
+class VocabLoss:
+    """The loss's head over a draft vocabulary, and labels mapped into it."""
+
+    head: RestrictedHead
+    index: mx.array  # [target vocab]: a token's position in the vocabulary, -1 outside
+
+    @classmethod
+    def build(cls, target: TargetAdapter, token_ids: Sequence[int]) -> VocabLoss:
+        head = RestrictedHead(target.head_module, token_ids, target.vocab_size)
+        index = np.full(target.vocab_size, -1, np.int32)
+        index[np.asarray(token_ids)] = np.arange(len(token_ids), dtype=np.int32)
+        return cls(head, mx.array(index))
+
+
 @dataclass(slots=True)
 class BlockMetrics:
     loss: mx.array  # weighted mean cross-entropy (scalar)
@@ -196,15 +217,21 @@ def block_loss(
     batch: BlockBatch,
     target_hidden: mx.array,
     weights: mx.array,
+    vocab: VocabLoss | None = None,
 ) -> BlockMetrics:
     dtype = draft.fc.weight.dtype
     emb = target.embed(batch.block_ids)
     head_dtype = emb.dtype  # the target's activations: its LM head runs in its own dtype
     hidden = block_hidden(draft, emb.astype(dtype), target_hidden.astype(dtype), batch.anchors)
-    logits = target.lm_head(hidden[:, 1:].astype(head_dtype)).astype(mx.float32)  # [NK, B-1, V]
+    head = target.lm_head if vocab is None else vocab.head.compact
+    logits = head(hidden[:, 1:].astype(head_dtype)).astype(mx.float32)  # [NK, B-1, V]
     n, k, _ = batch.labels.shape
     labels = batch.labels.reshape(n * k, -1)
     valid = batch.valid.reshape(n * k, -1)
+    if vocab is not None:
+        labels = vocab.index[labels]
+        valid = valid * (labels >= 0).astype(valid.dtype)
+        labels = mx.maximum(labels, 0)
     picked = mx.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
     ce = mx.logsumexp(logits, axis=-1) - picked
     w = weights[None, :] * valid

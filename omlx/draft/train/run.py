@@ -16,7 +16,7 @@ from omlx.draft.train.data import GenerationSettings, Progress, build_dataset, t
 from omlx.draft.train.prompts import read_prompt_file, select
 from omlx.draft.train.sizing import draft_config
 from omlx.draft.train.trainer import Event, TrainConfig, Trainer, write_recipe
-from omlx.draft.vocab import choose_vocab, write_vocab
+from omlx.draft.vocab import write_vocab
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,11 +137,9 @@ def train_draft(
     )
     result = trainer.run()
     vocab = None
-    if training.vocab_coverage < 1.0:
-        ids = choose_vocab((s.reply_ids for s in train_samples), training.vocab_coverage)
-        if len(ids) < trainer.adapter.vocab_size:
-            write_vocab(out, ids, training.vocab_coverage)
-            vocab = len(ids)
+    if trainer.vocab_ids is not None:
+        write_vocab(out, trainer.vocab_ids, training.vocab_coverage)
+        vocab = len(trainer.vocab_ids)
     return {
         **result,
         "draft_vocab": vocab,

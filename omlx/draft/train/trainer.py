@@ -38,6 +38,7 @@ from omlx.draft.train.init_from_target import init_from_target
 from omlx.draft.train.loop_eval import loop_acceptance
 from omlx.draft.train.objective import (
     BlockBatch,
+    VocabLoss,
     block_loss,
     default_gamma,
     greedy_relabel,
@@ -46,6 +47,7 @@ from omlx.draft.train.objective import (
     target_context,
     target_context_and_greedy,
 )
+from omlx.draft.vocab import RestrictedHead, choose_vocab
 from omlx.errors import InvalidRequest
 
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
@@ -79,6 +81,9 @@ class TrainConfig:
     checkpoint_every: int = 500
     keep_best: bool = True  # save the weights of the best held-out τ, not the last
     vocab_coverage: float = 0.99  # draft vocabulary: this share of reply tokens; 1: none
+    # The loss's softmax over the draft vocabulary only (objective.VocabLoss): the tokens
+    # decoding's argmax chooses among, at a fraction of the full head's cost.
+    vocab_loss: bool = True
     # "reply": the reply's own tokens; "greedy": the target's argmax, kept while the
     # reply followed it (objective.greedy_relabel: sampled replies then add contexts,
     # not sampled choices). Not yet compared on a real run, so not the default.
@@ -193,6 +198,20 @@ class Trainer:
         )
         self.state = TrainState()
         self.rng = np.random.default_rng(cfg.seed)
+        # The draft vocabulary (saved with the weights): the walked τ drafts through it,
+        # as decoding will, and with `vocab_loss` so does the loss.
+        self.vocab_ids: list[int] | None = None
+        self._vocab_loss: VocabLoss | None = None
+        self._draft_head: RestrictedHead | None = None
+        if cfg.vocab_coverage < 1.0:
+            ids = choose_vocab((s.reply_ids for s in self.train_samples), cfg.vocab_coverage)
+            if len(ids) < self.adapter.vocab_size:
+                self.vocab_ids = ids
+                self._draft_head = RestrictedHead(
+                    self.adapter.head_module, ids, self.adapter.vocab_size
+                )
+                if cfg.vocab_loss:
+                    self._vocab_loss = VocabLoss.build(self.adapter, ids)
         self._eval_batches = self._make_eval_batches()
         self._best: tuple[float, int, list[tuple[str, mx.array]]] | None = None
         self._loss_and_grad = nn.value_and_grad(self.draft, self._loss)
@@ -281,7 +300,7 @@ class Trainer:
     # -- steps --------------------------------------------------------------------------
 
     def _loss(self, batch: BlockBatch, hidden: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-        m = block_loss(self.draft, self.adapter, batch, hidden, self.weights)
+        m = block_loss(self.draft, self.adapter, batch, hidden, self.weights, self._vocab_loss)
         return m.loss, m.accuracy, m.tau
 
     def progress(self) -> float:
@@ -312,7 +331,7 @@ class Trainer:
         acc_sum = np.zeros(self.draft_cfg.block_size - 1)
         for batch in self._eval_batches:
             hidden = target_context(self.adapter, batch.tokens)
-            m = block_loss(self.draft, self.adapter, batch, hidden, self.weights)
+            m = block_loss(self.draft, self.adapter, batch, hidden, self.weights, self._vocab_loss)
             mx.eval(m.loss, m.tau, m.accuracy)
             n = batch.num_blocks
             total_blocks += n
@@ -331,6 +350,7 @@ class Trainer:
                 block_size=self.draft_cfg.block_size,
                 mask_token_id=self.draft_cfg.mask_token_id,
                 max_len=self.cfg.max_seq_len,
+                head=self._draft_head,
             )
             tokens, cycles = tokens + walked.tokens, cycles + walked.cycles
         return {

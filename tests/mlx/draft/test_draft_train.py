@@ -77,11 +77,15 @@ def _mean_tau(target, draft, prompts) -> tuple[float, bool]:
 
 
 # On greedy replies both label kinds are the target's picks (greedy ones recomputed).
-@pytest.mark.parametrize("labels", ["reply", "greedy"])
-def test_training_lowers_loss_and_raises_tau(distilled, tmp_path, labels):
+# vocab_loss: the softmax over the draft vocabulary (the replies use few of the 256 ids).
+@pytest.mark.parametrize(
+    ("labels", "vocab_loss"), [("reply", False), ("greedy", False), ("greedy", True)]
+)
+def test_training_lowers_loss_and_raises_tau(distilled, tmp_path, labels, vocab_loss):
     target, prompts, samples = distilled
     assert all(len(s.reply_ids) == 48 for s in samples)  # no EOS given: full replies
-    trainer = _trainer(target, samples, tmp_path / "draft", labels=labels)
+    trainer = _trainer(target, samples, tmp_path / "draft", labels=labels, vocab_loss=vocab_loss)
+    assert (trainer._vocab_loss is not None) == vocab_loss
     result = trainer.run()
     evals = [r for r in trainer.state.history if r["kind"] == "eval"]
     first, last = evals[0], evals[-1]

@@ -10,6 +10,7 @@ from omlx.draft.capture import TargetAdapter
 from omlx.draft.random_init import random_draft
 from omlx.draft.train.data import Sample
 from omlx.draft.train.objective import (
+    VocabLoss,
     block_hidden,
     block_loss,
     greedy_relabel,
@@ -155,3 +156,61 @@ def test_greedy_relabel_keeps_labels_while_the_reply_follows_the_target():
             if want:
                 assert labels[1, k, j] == pick(pos)
     assert valid[1].sum() < np.array(batch.valid)[1].sum()  # some labels were dropped
+
+
+def _loss_case(block_size: int = 4):
+    target = build_target("llama")
+    cfg = draft_config(target, num_layers=1, block_size=block_size)
+    draft = random_draft(cfg, seed=0)
+    adapter = TargetAdapter(target, cfg.target_layer_ids)
+    batch = make_batch(
+        [_sample(3, 12, 5), _sample(4, 9, 6)],
+        block_size=block_size,
+        anchors_per_seq=6,
+        mask_token_id=cfg.mask_token_id,
+        rng=np.random.default_rng(1),
+    )
+    _, hidden, _ = adapter.forward(batch.tokens, None, with_logits=False)
+    return draft, adapter, batch, hidden, position_weights(block_size, 2.0)
+
+
+def test_a_vocabulary_of_every_token_gives_the_full_loss():
+    draft, adapter, batch, hidden, w = _loss_case()
+    full = block_loss(draft, adapter, batch, hidden, w)
+    every = VocabLoss.build(adapter, list(range(adapter.vocab_size)))
+    got = block_loss(draft, adapter, batch, hidden, w, every)
+    np.testing.assert_allclose(float(got.loss.item()), float(full.loss.item()), rtol=1e-5)
+    np.testing.assert_allclose(np.array(got.accuracy), np.array(full.accuracy), atol=1e-6)
+    assert float(got.tau.item()) == pytest.approx(float(full.tau.item()))
+
+
+def test_the_vocabulary_loss_is_a_softmax_over_its_tokens_without_outside_labels():
+    draft, adapter, batch, hidden, w = _loss_case()
+    labels = np.array(batch.labels)
+    valid = np.array(batch.valid).astype(bool)
+    used = sorted(set(labels[valid].tolist()))
+    left_out = used[: len(used) // 3]  # labels no draft of this vocabulary can win
+    ids = [t for t in range(adapter.vocab_size) if t not in set(left_out)]
+    vocab = VocabLoss.build(adapter, ids)
+    got = block_loss(draft, adapter, batch, hidden, w, vocab)
+
+    # The same by hand: full logits, restricted to `ids`, outside labels dropped.
+    emb = adapter.embed(batch.block_ids)
+    out = block_hidden(draft, emb, hidden, batch.anchors)
+    logits = np.array(adapter.lm_head(out[:, 1:]).astype(mx.float32))[..., ids]
+    n, k, b1 = labels.shape
+    flat_labels, flat_valid = labels.reshape(n * k, b1), valid.reshape(n * k, b1)
+    position = {t: i for i, t in enumerate(ids)}
+    total = weight = 0.0
+    weights = np.array(w)
+    for row in range(n * k):
+        for j in range(b1):
+            label = int(flat_labels[row, j])
+            if not flat_valid[row, j] or label not in position:
+                continue
+            z = logits[row, j].astype(np.float64)
+            ce = np.log(np.exp(z - z.max()).sum()) + z.max() - z[position[label]]
+            total += weights[j] * ce
+            weight += weights[j]
+    assert weight > 0
+    np.testing.assert_allclose(float(got.loss.item()), total / weight, rtol=1e-4)
