@@ -9,9 +9,9 @@
 # over HTTP with the models in an engine process (label "auto"), then
 # `server.engine_process = "off"` at 64 and 128 streams (label "in-process"), then the
 # bare generator again. ORDER=fused: the bare generator, an untimed warm-up, the
-# defaults over HTTP (label "auto"), then `engine.fused_projections = "on"` (label
-# "fused") and fused with folded attention at 64 and 128 (label "fused-folded"), then the
-# bare generator again. Where nvidia-smi exists, its plain report (the card, clocks,
+# defaults over HTTP (label "auto": fused projections, on by default on CUDA), then
+# `engine.fused_projections = "off"` (label "unfused") and fused with folded attention
+# at 64 and 128 (label "fused-folded"), then the bare generator again. Where nvidia-smi exists, its plain report (the card, clocks,
 # power, other processes) goes into the log at the start and again at the end.
 #   benchmarks/serving_scale_gpu.sh TOKENIZER_DIR WORKDIR [BUDGET_S] [LEVELS]
 set -euo pipefail
@@ -60,12 +60,12 @@ elif [ "${ORDER:-}" = split ]; then
 elif [ "${ORDER:-}" = fused ]; then
     python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
         --label bare-before --budget-s "$budget"
-    OMLX_ENGINE__FUSED_PROJECTIONS=on python3 benchmarks/serving_scale.py "${common[@]}" \
+    python3 benchmarks/serving_scale.py "${common[@]}" \
         --levels 1,64 --paths omlx_http --label warm-up --budget-s "$budget"
     auto omlx_http
-    OMLX_ENGINE__FUSED_PROJECTIONS=on python3 benchmarks/serving_scale.py "${common[@]}" \
-        --levels "$levels" --paths omlx_http --label fused --budget-s "$budget"
-    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-fused.jsonl.gz" || true
+    OMLX_ENGINE__FUSED_PROJECTIONS=off python3 benchmarks/serving_scale.py "${common[@]}" \
+        --levels "$levels" --paths omlx_http --label unfused --budget-s "$budget"
+    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-unfused.jsonl.gz" || true
     OMLX_ENGINE__FUSED_PROJECTIONS=on OMLX_ENGINE__DECODE_ATTENTION=folded \
         python3 benchmarks/serving_scale.py "${common[@]}" --levels 64,128 \
         --paths omlx_http --label fused-folded --budget-s "$budget"

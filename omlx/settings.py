@@ -139,13 +139,18 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
         ),
     ] = "mlx"
     fused_projections: Annotated[
-        Literal["off", "on"],
+        Literal["auto", "off", "on"],
         _doc(
             "Compute each layer's q/k/v and gate/up projections as one matmul each (weights "
-            "concatenated at load): fewer kernels per step, for GPUs whose decode step is "
-            "bound by the host; experimental, see omlx/mlx_lm_compat/fused_projections.py"
+            "concatenated at load): fewer kernels and CUDA graph captures per step, for "
+            "GPUs whose decode step is bound by the host; auto = on on an NVIDIA GPU only "
+            "(no gain measured on a CPU); see omlx/mlx_lm_compat/fused_projections.py"
         ),
-    ] = "off"
+    ] = "auto"
+
+    def fuses_projections(self, cuda: bool) -> bool:
+        """fused_projections with auto resolved for the device."""
+        return self.fused_projections == "on" or (self.fused_projections == "auto" and cuda)
 
     def prefill_rows(self, cuda: bool) -> int:
         """prefill_batch_size with auto (0) resolved for the device."""

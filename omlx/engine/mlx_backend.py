@@ -37,7 +37,8 @@ class MLXBackend:
         self.settings = settings
 
     def load(self, name: str, path: Path) -> LoadedModel:
-        return load_text_model(name, path, fuse_projections=self.settings.fused_projections == "on")
+        fuse = self.settings.fuses_projections(cuda=on_cuda())
+        return load_text_model(name, path, fuse_projections=fuse)
 
     def new_generator(self, loaded: LoadedModel) -> FusedJoinBatchGenerator:
         if self.settings.decode_attention == "folded":

@@ -109,10 +109,18 @@ def test_the_engine_loads_fused_and_input_major_on_request(tiny_llama_dir: Path)
 
 
 def test_the_engine_setting_reaches_the_load(tiny_llama_dir: Path) -> None:
-    for value, expect in (("off", False), ("on", True)):
+    # auto: on an NVIDIA GPU only; these tests run on a CPU.
+    for value, expect in (("off", False), ("on", True), ("auto", False)):
         backend = MLXBackend(EngineSettings(fused_projections=value))
         loaded = backend.load("tiny", tiny_llama_dir)
         assert bool(_modules(loaded.model, FusedProjections)) is expect
+
+
+def test_auto_fuses_on_cuda_only() -> None:
+    assert EngineSettings().fuses_projections(cuda=True)
+    assert not EngineSettings().fuses_projections(cuda=False)
+    assert not EngineSettings(fused_projections="off").fuses_projections(cuda=True)
+    assert EngineSettings(fused_projections="on").fuses_projections(cuda=False)
 
 
 def test_engine_setting_serves_the_same_greedy_tokens(tiny_llama_dir: Path) -> None:
