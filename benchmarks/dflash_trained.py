@@ -90,6 +90,12 @@ def main() -> None:
         default="pipelined",
         help="DFlash loops to time, one row set each: pipelined,sequential",
     )
+    ap.add_argument(
+        "--fused-projections",
+        action="store_true",
+        help="the target's q/k/v and gate/up as one matmul each, as `omlx serve` loads "
+        "it on CUDA (engine.fused_projections)",
+    )
     ap.add_argument("--out", default=None, help="append JSON lines here")
     args = ap.parse_args()
     from omlx.platform.blas import reexec_with_blas
@@ -105,6 +111,10 @@ def main() -> None:
     else:
         model_dir = Path(args.model)
     model, tokenizer = load(str(model_dir))
+    if args.fused_projections:
+        from omlx.mlx_lm_compat.fused_projections import fuse_projections
+
+        fuse_projections(model)
     draft = make_draft(model, args.draft)  # in the target's dtype
     records = select(read_prompt_file(), split="heldout")
     categories = args.categories.split(",")
@@ -117,6 +127,7 @@ def main() -> None:
         "bench": "dflash_trained",
         "model": model_dir.name,
         "model_dtype": str(model.model.embed_tokens.weight.dtype),
+        "fused_projections": args.fused_projections,
         "draft": str(args.draft),
         "max_tokens": args.max_tokens,
         "device": str(mx.default_device()),
