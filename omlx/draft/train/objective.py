@@ -197,11 +197,15 @@ class VocabLoss:
     index: mx.array  # [target vocab]: a token's position in the vocabulary, -1 outside
 
     @classmethod
-    def build(cls, target: TargetAdapter, token_ids: Sequence[int]) -> VocabLoss:
-        head = RestrictedHead(target.head_module, token_ids, target.vocab_size)
-        index = np.full(target.vocab_size, -1, np.int32)
-        index[np.asarray(token_ids)] = np.arange(len(token_ids), dtype=np.int32)
+    def of(cls, head: RestrictedHead) -> VocabLoss:
+        ids = np.array(head.ids)
+        index = np.full(head.vocab_size, -1, np.int32)
+        index[ids] = np.arange(len(ids), dtype=np.int32)
         return cls(head, mx.array(index))
+
+    @classmethod
+    def build(cls, target: TargetAdapter, token_ids: Sequence[int]) -> VocabLoss:
+        return cls.of(RestrictedHead(target.head_module, token_ids, target.vocab_size))
 
 
 @dataclass(slots=True)

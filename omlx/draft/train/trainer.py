@@ -211,7 +211,7 @@ class Trainer:
                     self.adapter.head_module, ids, self.adapter.vocab_size
                 )
                 if cfg.vocab_loss:
-                    self._vocab_loss = VocabLoss.build(self.adapter, ids)
+                    self._vocab_loss = VocabLoss.of(self._draft_head)
         self._eval_batches = self._make_eval_batches()
         self._best: tuple[float, int, list[tuple[str, mx.array]]] | None = None
         self._loss_and_grad = nn.value_and_grad(self.draft, self._loss)
