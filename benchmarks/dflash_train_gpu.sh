@@ -14,6 +14,9 @@
 # missing passes, so data can grow across device sessions (carry the data file along).
 # Training keeps each sequence's target states after its first epoch (--cache-context:
 # ~22 GB of GPU memory for the default model's 9,600 replies in float32).
+# GEN_BATCH (default 256, the carried data's) is the number of replies written at once;
+# it is part of the data's name (batched sampling draws depend on it), so another value
+# starts a new data file (1,024 rows wrote ~2x the tokens a second of 256 on an H100).
 # SMOKE_FLAGS (e.g. "--max-prompts 8 --max-new-tokens 8 --batch-size 2") are appended
 # to both commands, for a rehearsal on a CPU; TRAIN_FLAGS to the training command only. The GPU must be free: another process
 # holding its memory makes CUDA graph instantiation fail with out of memory.
@@ -32,7 +35,8 @@ fi
 echo "import done after $(( $(date +%s) - start )) s"
 
 common=(--target SmolLM2-135M-Instruct --out "$draft"
-        --max-new-tokens 256 --sampled "${SAMPLED:-1}" --sample-temperature 0.7 --gen-batch 256)
+        --max-new-tokens 256 --sampled "${SAMPLED:-1}" --sample-temperature 0.7
+        --gen-batch "${GEN_BATCH:-256}")
 read -r -a smoke <<< "${SMOKE_FLAGS:-}"
 omlx draft train "${common[@]}" --data-only --data-budget "${DATA_MAX_S:-180}" --json \
     "${smoke[@]}" | grep -v '"kind": "data"' || true
