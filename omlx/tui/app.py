@@ -60,14 +60,20 @@ class TopApp(App[None]):
     @work(exclusive=True)
     async def follow_stats(self) -> None:
         """Follow the stats stream; when the server goes away, say so and reconnect."""
-        while True:
+        # The screen is torn down before this worker is cancelled, so a frame that
+        # arrives while the app quits must not touch the widgets.
+        while self.is_running:
             try:
                 async for snap in self.client.stream():
+                    if not self.is_running:
+                        return
                     self.connected = True
                     self.on_snapshot(snap)
                 raise ServerUnavailable("stream ended")
             except ServerUnavailable as e:
                 self.connected = False
+                if not self.is_running:
+                    return
                 self.set_status(f"server unavailable ({e}); reconnecting ...")
             await asyncio.sleep(self.reconnect_s)
 
