@@ -17,6 +17,8 @@
 # GEN_BATCH (default 256, the carried data's) is the number of replies written at once;
 # it is part of the data's name (batched sampling draws depend on it), so another value
 # starts a new data file (1,024 rows wrote ~2x the tokens a second of 256 on an H100).
+# INIT_FROM (a trained draft's folder, e.g. the last session's, carried along) starts
+# training from its weights (`--init-from`) instead of random ones.
 # SMOKE_FLAGS (e.g. "--max-prompts 8 --max-new-tokens 8 --batch-size 2") are appended
 # to both commands, for a rehearsal on a CPU; TRAIN_FLAGS to the training command only. The GPU must be free: another process
 # holding its memory makes CUDA graph instantiation fail with out of memory.
@@ -48,6 +50,6 @@ echo "data done after $elapsed s; training for $budget s"
 omlx draft train "${common[@]}" --data-budget 0 --time-budget "$budget" --steps 1000000 \
     --batch-size 32 --anchors 32 --lr 8e-4 --warmup 0.04 --block-size 16 \
     --eval-every 200 --checkpoint-every 2000 --save-dtype bfloat16 --shard-mb 15 --json \
-    --cache-context \
+    --cache-context ${INIT_FROM:+--init-from "$INIT_FROM"} \
     "${smoke[@]}" ${TRAIN_FLAGS:-}
 echo "all done after $(( $(date +%s) - start )) s"

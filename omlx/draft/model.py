@@ -175,7 +175,7 @@ class DFlashDraftModel(nn.Module):
         return self.norm(h)
 
 
-def _read_weights(path: Path) -> dict[str, mx.array]:
+def read_weights(path: Path) -> dict[str, mx.array]:
     files = sorted(glob.glob(str(path / "*.safetensors")))
     if not files:
         raise InvalidRequest(f"no *.safetensors weights in DFlash draft folder {path}")
@@ -191,7 +191,7 @@ def load_draft(path: str | Path, dtype: mx.Dtype | None = None) -> DFlashDraftMo
     folder = Path(path)
     cfg = DFlashConfig.load(folder)
     model = DFlashDraftModel(cfg)
-    weights = _read_weights(folder)
+    weights = read_weights(folder)
     if cfg.quantization:
         quant: dict[str, Any] = cfg.quantization
         nn.quantize(

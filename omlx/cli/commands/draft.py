@@ -69,7 +69,9 @@ def train(
         None, "--intermediate-size", min=1, help="Draft MLP size (width is the target's)."
     ),
     heads: int | None = typer.Option(None, "--heads", min=1),
-    block_size: int = typer.Option(16, "--block-size", min=2),
+    block_size: int | None = typer.Option(
+        None, "--block-size", min=2, help="Tokens per draft block (default 16)."
+    ),
     target_layers: str | None = typer.Option(
         None, "--target-layers", help="Captured target layers, e.g. 1,9,17 (default: spread)."
     ),
@@ -121,6 +123,12 @@ def train(
         False,
         "--init-from-target",
         help="Start the draft's layers from the target's last layers, not random weights.",
+    ),
+    init_from: Path | None = typer.Option(
+        None,
+        "--init-from",
+        help="Continue a trained draft (its folder): its shape and weights, a fresh "
+        "optimizer and schedule; e.g. on more data or in another session.",
     ),
     checkpoint_every: int = typer.Option(500, "--checkpoint-every", min=0),
     seed: int = typer.Option(0, "--seed"),
@@ -202,6 +210,7 @@ def train(
                 labels=labels,
                 cache_context=cache_context,
                 init_from_target=init_from_target,
+                init_from=str(init_from) if init_from else None,
                 checkpoint_every=checkpoint_every,
                 seed=seed,
             ),

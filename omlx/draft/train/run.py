@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import random
 import time
@@ -12,10 +13,12 @@ from typing import Any
 
 import mlx.core as mx
 
+from omlx.draft.config import DEFAULT_DRAFT_BLOCK_SIZE
 from omlx.draft.train.data import GenerationSettings, Progress, build_dataset, target_fingerprint
+from omlx.draft.train.init_from_draft import start_config, weights_digest
 from omlx.draft.train.prompts import read_prompt_file, select
 from omlx.draft.train.sizing import draft_config
-from omlx.draft.train.trainer import Event, TrainConfig, Trainer, write_recipe
+from omlx.draft.train.trainer import RECIPE_FILE, Event, TrainConfig, Trainer, write_recipe
 from omlx.draft.vocab import write_vocab
 
 
@@ -25,7 +28,7 @@ class DraftShape:
     intermediate_size: int | None = None
     num_heads: int | None = None
     num_kv_heads: int | None = None
-    block_size: int = 16
+    block_size: int | None = None  # default: DEFAULT_DRAFT_BLOCK_SIZE
     target_layer_ids: tuple[int, ...] | None = None
     mask_token_id: int | None = None
 
@@ -61,6 +64,8 @@ def train_draft(
     training = training or TrainConfig()
     training.check()
     shape = shape or DraftShape()
+    # A continued draft's shape is checked before anything slow happens.
+    start_cfg = start_config(training.init_from, shape) if training.init_from else None
     out = Path(out)
     data_dir = Path(data_dir) if data_dir else out / "data"
     records = read_prompt_file(prompts_file)  # bad input fails before the model loads
@@ -105,13 +110,13 @@ def train_draft(
         eval_samples = [s for s in train_samples if s.greedy]
         eval_on = "train"
 
-    draft_cfg = draft_config(
+    draft_cfg = start_cfg or draft_config(
         model,
         num_layers=shape.num_layers,
         intermediate_size=shape.intermediate_size,
         num_heads=shape.num_heads,
         num_kv_heads=shape.num_kv_heads,
-        block_size=shape.block_size,
+        block_size=shape.block_size or DEFAULT_DRAFT_BLOCK_SIZE,
         target_layer_ids=shape.target_layer_ids,
         mask_token_id=shape.mask_token_id,
         rope_from_target=training.init_from_target,
@@ -131,6 +136,7 @@ def train_draft(
             "generation": asdict(generation),
             "training": asdict(training),
             "draft_config": draft_cfg.to_dict(),
+            **({"init_from": _start_record(training.init_from)} if training.init_from else {}),
             "device": str(mx.default_device()),
             "machine": platform.machine(),
         },
@@ -145,4 +151,14 @@ def train_draft(
         "draft_vocab": vocab,
         "resumed": resumed,
         "data": {**data, "eval_on": eval_on},
+    }
+
+
+def _start_record(folder: str) -> dict[str, Any]:
+    """Where a continued run started: the draft's weights by digest and its own recipe."""
+    recipe = Path(folder) / RECIPE_FILE
+    return {
+        "folder": folder,
+        "weights_sha256": weights_digest(folder),
+        "recipe": json.loads(recipe.read_text()) if recipe.is_file() else None,
     }

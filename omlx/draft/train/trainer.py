@@ -34,6 +34,7 @@ from omlx.draft.capture import TargetAdapter
 from omlx.draft.config import DFlashConfig
 from omlx.draft.model import DFlashDraftModel
 from omlx.draft.train.data import Sample
+from omlx.draft.train.init_from_draft import start_weights
 from omlx.draft.train.init_from_target import init_from_target
 from omlx.draft.train.loop_eval import loop_acceptance
 from omlx.draft.train.objective import (
@@ -95,6 +96,9 @@ class TrainConfig:
     # Start the draft's layers and final norm from the target's last layers
     # (init_from_target.py) instead of random weights.
     init_from_target: bool = False
+    # Start from a trained draft's folder (init_from_draft.py): its shape and weights,
+    # with a fresh optimizer and schedule.
+    init_from: str | None = None
     seed: int = 0
 
     def check(self) -> None:
@@ -109,6 +113,8 @@ class TrainConfig:
             raise InvalidRequest("batch size and anchors per sequence must be at least 1")
         if self.labels not in LABELS:
             raise InvalidRequest(f"labels must be one of {list(LABELS)}")
+        if self.init_from and self.init_from_target:
+            raise InvalidRequest("start from a trained draft or from the target, not both")
 
 
 @dataclass(slots=True)
@@ -190,6 +196,13 @@ class Trainer:
         self.draft.set_dtype(DTYPES[cfg.dtype])
         if cfg.init_from_target:
             init_from_target(self.draft, self.adapter.layers, self.adapter.final_norm)
+        if cfg.init_from:
+            try:
+                self.draft.load_weights(start_weights(cfg.init_from), strict=True)
+            except ValueError as exc:
+                raise InvalidRequest(f"{cfg.init_from}: weights do not match: {exc}") from exc
+            self.draft.set_dtype(DTYPES[cfg.dtype])
+            mx.eval(self.draft.parameters())
         self.optimizer = optim.AdamW(
             learning_rate=cfg.lr, betas=[0.9, 0.95], weight_decay=cfg.weight_decay
         )

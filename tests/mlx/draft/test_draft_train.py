@@ -166,6 +166,30 @@ def test_resume_refuses_another_shape(distilled, tmp_path):
         other.resume()
 
 
+def test_a_trained_draft_continues_where_it_stopped(distilled, tmp_path):
+    """--init-from: the next run starts from the saved weights (its step-0 evaluation is
+    the first run's last) with a fresh optimizer, and trains further."""
+    target, _, samples = distilled
+    first = _trainer(target, samples, tmp_path / "a", steps=40, eval_every=1000, keep_best=False)
+    first_result = first.run()
+    cont = _trainer(target, samples, tmp_path / "b", steps=40, init_from=str(tmp_path / "a"))
+    for (name, a), (_, b) in zip(
+        tree_flatten(first.draft.parameters()), tree_flatten(cont.draft.parameters()), strict=True
+    ):
+        np.testing.assert_array_equal(np.array(a), np.array(b), err_msg=name)
+    assert int(cont.optimizer.state["step"].item()) == 0  # a fresh optimizer
+    result = cont.run()
+    start = result["first"]
+    assert start["eval_loss"] == pytest.approx(first_result["final"]["eval_loss"], rel=1e-5)
+    assert start["eval_tau"] == first_result["final"]["eval_tau"]
+    assert result["final"]["eval_loss"] < start["eval_loss"] - 0.2
+
+
+def test_a_draft_starts_from_one_place():
+    with pytest.raises(InvalidRequest, match="not both"):
+        TrainConfig(init_from="somewhere", init_from_target=True).check()
+
+
 def test_unknown_labels_are_refused():
     with pytest.raises(InvalidRequest, match="labels"):
         TrainConfig(labels="soft").check()

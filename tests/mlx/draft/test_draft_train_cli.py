@@ -200,3 +200,41 @@ def test_more_sampled_passes_start_from_the_data_of_fewer(tiny_llama_dir, tmp_pa
     assert calls == [0.7, 0.7]  # only the two new sampled passes were generated
     assert three[:6] == one and len(three) == 12
     assert build(3, tmp_path / "fresh")[0] == three  # as a fresh run of three passes
+
+
+def test_init_from_continues_a_draft_and_keeps_its_shape(tiny_llama_dir, tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        '{"prompt": "hello there", "split": "train"}\n'
+        '{"prompt": "name a colour", "split": "heldout"}\n'
+    )
+    first, second = tmp_path / "first", tmp_path / "second"
+    args = [
+        "draft", "train", "--target", str(tiny_llama_dir), "--prompts", str(prompts),
+        "--max-new-tokens", "6", "--gen-batch", "4", "--batch-size", "2", "--anchors", "2",
+        "--eval-every", "1", "--steps", "2", "--json", "--data-dir", str(tmp_path / "data"),
+    ]  # fmt: skip
+    made = CliRunner().invoke(app, [*args, "--out", str(first), "--block-size", "4"])
+    assert made.exit_code == 0, made.output
+
+    more = CliRunner().invoke(app, [*args, "--out", str(second), "--init-from", str(first)])
+    assert more.exit_code == 0, more.output
+    assert json.loads((second / "config.json").read_text())["block_size"] == 4
+    recipe = json.loads((second / "training.json").read_text())
+    assert recipe["init_from"]["folder"] == str(first)
+    assert len(recipe["init_from"]["weights_sha256"]) == 16
+    assert recipe["init_from"]["recipe"]["draft_config"]["block_size"] == 4
+
+    other = CliRunner().invoke(
+        app, [*args, "--out", str(tmp_path / "x"), "--init-from", str(first), "--block-size", "8"]
+    )
+    assert other.exit_code != 0
+    assert "block_size=4, not 8" in other.output and "keeps its shape" in other.output
+    assert not (tmp_path / "x").exists()  # refused before the target loads
+
+    config = json.loads((first / "config.json").read_text())
+    (first / "config.json").write_text(json.dumps({**config, "quantization": {"bits": 4}}))
+    quantized = CliRunner().invoke(
+        app, [*args, "--out", str(tmp_path / "y"), "--init-from", str(first)]
+    )
+    assert quantized.exit_code != 0 and "quantized draft" in quantized.output
