@@ -400,7 +400,8 @@ def main() -> None:
         default="mlx",
         help="weights as loaded (mlx), sibling projections fused (fused), input-major "
         "linears as omlx's engine keeps them on a CPU (input_major), or both "
-        "(input_major_fused); each a fresh model, one after the other",
+        "(input_major_fused), or quantized to 4 or 8 bits, groups of 64 (q4, q8; fused "
+        "first with q4_fused, q8_fused); each a fresh model, one after the other",
     )
     ap.add_argument(
         "--cuda-sync",
@@ -458,6 +459,14 @@ def load_model(args: argparse.Namespace, layout: str) -> tuple[object, int]:
         from omlx.platform.weight_layout import use_input_major_linears
 
         use_input_major_linears(model)
+    if layout.startswith(("q4", "q8")):
+        # On CUDA a quantized matmul of several rows is MLX's own kernel, recorded as a
+        # graph kernel node, where a float one is a cuBLASLt call captured into a child
+        # graph (the host cost per matmul that the 64-row step is bound by).
+        import mlx.nn as nn
+
+        nn.quantize(model, group_size=64, bits=int(layout[1]))
+        mx.eval(model.parameters())
     return model, vocab
 
 
