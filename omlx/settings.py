@@ -148,6 +148,16 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
         ),
     ] = "auto"
 
+    cpu_float32: Annotated[
+        Literal["auto", "off", "on"],
+        _doc(
+            "On a CPU, cast a model's float16/bfloat16 parameters (a quantized model's "
+            "scales and biases) to float32 at load: MLX's CPU kernels for half precision "
+            "are 2-30x slower (SmolLM2 in bfloat16: 140 -> 65 ms a token). auto = when the "
+            "model then takes at most a quarter of the RAM; see omlx/platform/cpu_precision.py"
+        ),
+    ] = "auto"
+
     def fuses_projections(self, cuda: bool) -> bool:
         """fused_projections with auto resolved for the device."""
         return self.fused_projections == "on" or (self.fused_projections == "auto" and cuda)

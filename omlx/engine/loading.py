@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import mlx.nn as nn
 from mlx.utils import tree_flatten
@@ -13,6 +13,7 @@ from mlx.utils import tree_flatten
 from omlx.engine.text.templating import ModelSpec, context_length
 from omlx.errors import ImportFailed
 from omlx.models.generation_config import read_generation_config, sampling_defaults_from
+from omlx.platform.cpu_precision import upcast_half_parameters, wants_float32
 from omlx.platform.weight_layout import use_input_major_linears, wants_input_major
 
 log = logging.getLogger(__name__)
@@ -29,10 +30,17 @@ class LoadedModel:
     sampling_defaults: dict[str, float | int] = field(default_factory=dict)
 
 
-def load_text_model(name: str, path: Path, *, fuse_projections: bool = False) -> LoadedModel:
+def load_text_model(
+    name: str,
+    path: Path,
+    *,
+    fuse_projections: bool = False,
+    cpu_float32: Literal["auto", "off", "on"] = "off",
+) -> LoadedModel:
     """mlx_lm.load plus what the engine needs: EOS ids (config and generation_config),
     the sampling defaults (generation_config), the context window and the vocabulary size.
-    `fuse_projections`: sibling projections as one matmul (engine.fused_projections)."""
+    `fuse_projections`: sibling projections as one matmul (engine.fused_projections);
+    `cpu_float32`: half-precision parameters cast to float32 on a CPU (engine.cpu_float32)."""
     from omlx.mlx_lm_compat import load, warn_if_unchecked
 
     warn_if_unchecked()
@@ -40,6 +48,9 @@ def load_text_model(name: str, path: Path, *, fuse_projections: bool = False) ->
         model, tokenizer, config = load(str(path), return_config=True)
     except (FileNotFoundError, ValueError) as e:
         raise ImportFailed(f"cannot load model {name!r} from {path}: {e}") from e
+    if wants_float32(cpu_float32, model):  # first: fused and swapped layers are then float32
+        added = upcast_half_parameters(model)
+        log.info("model %s: computing in float32 on the CPU (+%.1f MB)", name, added / 1e6)
     if fuse_projections:  # before the layout swap, which then takes the fused layers too
         from omlx.mlx_lm_compat.fused_projections import fuse_projections as fuse
 

@@ -38,7 +38,9 @@ class MLXBackend:
 
     def load(self, name: str, path: Path) -> LoadedModel:
         fuse = self.settings.fuses_projections(cuda=on_cuda())
-        return load_text_model(name, path, fuse_projections=fuse)
+        return load_text_model(
+            name, path, fuse_projections=fuse, cpu_float32=self.settings.cpu_float32
+        )
 
     def new_generator(self, loaded: LoadedModel) -> FusedJoinBatchGenerator:
         if self.settings.decode_attention == "folded":

@@ -1,0 +1,123 @@
+"""engine.cpu_float32: on a CPU, half-precision parameters are cast to float32 at load."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
+from mlx.utils import tree_flatten, tree_unflatten
+
+from omlx.engine.loading import load_text_model
+from omlx.engine.mlx_backend import MLXBackend
+from omlx.platform.cpu_precision import upcast_cost, wants_float32
+from omlx.settings import EngineSettings
+
+PROMPT = mx.array([[5, 9, 14, 3, 27, 8, 11]])
+
+
+def _half_copy(src: Path, dest: Path, dtype: mx.Dtype) -> Path:
+    shutil.copytree(src, dest)
+    weights = mx.load(str(dest / "model.safetensors"))
+    mx.save_safetensors(
+        str(dest / "model.safetensors"),
+        {k: v.astype(dtype) for k, v in weights.items()},
+        metadata={"format": "mlx"},
+    )
+    return dest
+
+
+@pytest.fixture(scope="module")
+def bf16_dir(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _half_copy(tiny_llama_dir, tmp_path_factory.mktemp("bf16") / "m", mx.bfloat16)
+
+
+@pytest.fixture(scope="module")
+def q4_dir(bf16_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bf16 model quantized to 4 bits (groups of 32; bfloat16 scales and biases)."""
+    from omlx.mlx_lm_compat import load
+
+    model, _ = load(str(bf16_dir))  # as stored (the engine's load swaps layouts on a CPU)
+    nn.quantize(model, group_size=32, bits=4)
+    dest = tmp_path_factory.mktemp("q4") / "m"
+    shutil.copytree(bf16_dir, dest)
+    mx.save_safetensors(
+        str(dest / "model.safetensors"),
+        dict(tree_flatten(model.parameters())),
+        metadata={"format": "mlx"},
+    )
+    config = json.loads((dest / "config.json").read_text())
+    config["quantization"] = {"group_size": 32, "bits": 4}
+    (dest / "config.json").write_text(json.dumps(config))
+    return dest
+
+
+def _cast_by_hand(folder: Path) -> nn.Module:
+    """The stored model with every half-precision parameter cast to float32 in one go."""
+    model = load_text_model("tiny", folder, cpu_float32="off").model
+    half = [(k, v) for k, v in tree_flatten(model.parameters()) if v.dtype == mx.bfloat16]
+    model.update(tree_unflatten([(k, v.astype(mx.float32)) for k, v in half]))
+    return model
+
+
+def _same_picks(logits: mx.array, half: mx.array) -> None:
+    """Computing in bfloat16 only rounds more: the same model picks (nearly) the same."""
+    agree = (mx.argmax(logits[0], -1) == mx.argmax(half[0], -1)).mean().item()
+    assert agree >= 0.8, agree
+
+
+def _dtypes(model: nn.Module) -> dict[str, mx.Dtype]:
+    return {k: v.dtype for k, v in tree_flatten(model.parameters())}
+
+
+def test_bfloat16_weights_are_computed_in_float32(bf16_dir: Path) -> None:
+    kept = load_text_model("tiny", bf16_dir, cpu_float32="off")
+    cast = load_text_model("tiny", bf16_dir, cpu_float32="auto")
+    assert set(_dtypes(kept.model).values()) == {mx.bfloat16}
+    assert set(_dtypes(cast.model).values()) == {mx.float32}
+    assert cast.weight_bytes == 2 * kept.weight_bytes  # the pool sees what it holds
+    # The same values, now in float32: exactly what casting the bf16 model by hand gives.
+    logits = cast.model(PROMPT)
+    assert logits.dtype == mx.float32
+    assert mx.array_equal(logits, _cast_by_hand(bf16_dir)(PROMPT)).item()
+    _same_picks(logits, kept.model(PROMPT))
+
+
+def test_a_quantized_model_keeps_its_packed_weights(q4_dir: Path) -> None:
+    kept = load_text_model("tiny", q4_dir, cpu_float32="off")
+    cast = load_text_model("tiny", q4_dir, cpu_float32="on")
+    before, after = _dtypes(kept.model), _dtypes(cast.model)
+    packed = [k for k, d in before.items() if d == mx.uint32]
+    assert packed and all(after[k] == mx.uint32 for k in packed)
+    assert all(d == mx.float32 for k, d in after.items() if k not in packed)
+    assert any(k.endswith(".scales") for k in after)
+    logits = cast.model(PROMPT)
+    assert logits.dtype == mx.float32
+    assert mx.array_equal(logits, _cast_by_hand(q4_dir)(PROMPT)).item()
+    _same_picks(logits, kept.model(PROMPT))
+
+
+def test_auto_casts_only_what_fits_a_quarter_of_the_ram(bf16_dir: Path) -> None:
+    model = load_text_model("tiny", bf16_dir, cpu_float32="off").model
+    total, added = upcast_cost(model)
+    assert added == total  # every parameter is bfloat16
+    assert wants_float32("auto", model, ram_bytes=4 * (total + added))
+    assert not wants_float32("auto", model, ram_bytes=4 * (total + added) - 1)
+    assert wants_float32("on", model, ram_bytes=1)
+    assert not wants_float32("off", model, ram_bytes=1 << 40)
+    assert not wants_float32("on", model, device=mx.Device(mx.gpu))  # CPU only
+
+
+def test_a_float32_model_is_left_alone(tiny_llama_dir: Path) -> None:
+    model = load_text_model("tiny", tiny_llama_dir, cpu_float32="off").model
+    assert upcast_cost(model)[1] == 0
+    assert not wants_float32("on", model)
+
+
+@pytest.mark.parametrize(("value", "expect"), [("auto", mx.float32), ("off", mx.bfloat16)])
+def test_the_engine_setting_reaches_the_load(bf16_dir: Path, value: str, expect) -> None:
+    loaded = MLXBackend(EngineSettings(cpu_float32=value)).load("tiny", bf16_dir)
+    assert set(_dtypes(loaded.model).values()) == {expect}
