@@ -41,8 +41,10 @@ TOKENIZER_FILES = (
 )
 
 
-def build_model_dir(shape: str, dtype: str, tokenizer_dir: Path, dest: Path) -> Path:
-    """Save a random `shape` Qwen3 model with tokenizer_dir's tokenizer into dest."""
+def build_model_dir(shape: str, dtype: str, tokenizer_dir: Path, dest: Path, bits: int = 0) -> Path:
+    """Save a random `shape` Qwen3 model with tokenizer_dir's tokenizer into dest; with
+    `bits` (4 or 8) its linears and embeddings quantized in groups of 64, `dtype` then
+    being its scales' and activations'."""
     import mlx.core as mx
     from dflash_bench import SHAPES, build_target, qwen3_config
     from mlx_lm.tokenizer_utils import load as load_tokenizer
@@ -58,10 +60,15 @@ def build_model_dir(shape: str, dtype: str, tokenizer_dir: Path, dest: Path) -> 
     keep = (ids >= usable[0]) & (ids < usable[1])
     w = model.lm_head.weight
     model.lm_head.weight = mx.where(keep, w, mx.zeros_like(w))
+    config = dict(qwen3_config(shape), torch_dtype=dtype, eos_token_id=list(tok.eos_token_ids))
+    if bits:
+        import mlx.nn as nn
+
+        nn.quantize(model, group_size=64, bits=bits)  # a zero row stays zero
+        config["quantization"] = {"group_size": 64, "bits": bits}
     mx.eval(model.parameters())
     dest.mkdir(parents=True, exist_ok=True)
     save_model(dest, model)
-    config = dict(qwen3_config(shape), torch_dtype=dtype, eos_token_id=list(tok.eos_token_ids))
     save_config(config, dest / "config.json")
     for name in TOKENIZER_FILES:
         if (tokenizer_dir / name).exists():

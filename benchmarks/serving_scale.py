@@ -399,6 +399,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--shape", default="qwen3-8b")
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument(
+        "--quantize",
+        type=int,
+        choices=(0, 4, 8),
+        default=0,
+        help="bits of the random model's weights (groups of 64; 0: none): on CUDA a "
+        "quantized matmul is MLX's own kernel, not a captured cuBLASLt call",
+    )
     ap.add_argument("--tokenizer", type=Path, help="tokenizer folder (default: default model)")
     ap.add_argument("--levels", default="1,8,32,64,128,256")
     ap.add_argument("--paths", default=",".join(PATHS))
@@ -435,13 +443,14 @@ def main() -> None:
     from omlx.loadgen.server_process import emit_json_line, run_facts
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="omlx-scale-"))
-    model_dir = work / f"random-{args.shape}-{args.dtype}"
+    quantized = f"-q{args.quantize}" if args.quantize else ""
+    model_dir = work / f"random-{args.shape}-{args.dtype}{quantized}"
     if args.smoke:
         from dflash_bench import SHAPES
 
         SHAPES["tiny"] = dict(SHAPES["tiny"], vocab_size=len_vocab(args.tokenizer))
     if not (model_dir / "config.json").exists():
-        build_model_dir(args.shape, args.dtype, args.tokenizer, model_dir)
+        build_model_dir(args.shape, args.dtype, args.tokenizer, model_dir, args.quantize)
         gc.collect()
         mx.clear_cache()
     for name in ("trace-engine.jsonl", "trace-http.jsonl"):
@@ -453,6 +462,7 @@ def main() -> None:
         "platform": platform.machine(),
         "shape": args.shape,
         "dtype": args.dtype,
+        "quantize": args.quantize,
         "max_tokens": args.tokens,
         "label": args.label,
     }

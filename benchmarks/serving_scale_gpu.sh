@@ -11,7 +11,9 @@
 # bare generator again. ORDER=fused: the bare generator, an untimed warm-up, the
 # defaults over HTTP (label "auto": fused projections, on by default on CUDA), then
 # `engine.fused_projections = "off"` (label "unfused") and fused with folded attention
-# at 64 and 128 (label "fused-folded"), then the bare generator again. Where nvidia-smi exists, its plain report (the card, clocks,
+# at 64 and 128 (label "fused-folded"), then the bare generator again. ORDER=quantized:
+# the shape with 4-bit weights, the bare generator then the defaults over HTTP (labels
+# "q4-bare", "q4"), after an untimed warm-up. Where nvidia-smi exists, its plain report (the card, clocks,
 # power, other processes) goes into the log at the start and again at the end.
 #   benchmarks/serving_scale_gpu.sh TOKENIZER_DIR WORKDIR [BUDGET_S] [LEVELS]
 set -euo pipefail
@@ -72,6 +74,17 @@ elif [ "${ORDER:-}" = fused ]; then
     gzip -c "$work/trace-http.jsonl" > "$out/http-trace-fused-folded.jsonl.gz" || true
     python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
         --label bare-after --budget-s "$budget"
+elif [ "${ORDER:-}" = quantized ]; then
+    # The same shape with 4-bit weights (groups of 64, bf16 scales): a quantized matmul of
+    # many rows is MLX's own kernel on CUDA, not a cuBLASLt call captured per step.
+    q4=(--quantize 4)
+    python3 benchmarks/serving_scale.py "${common[@]}" "${q4[@]}" --levels "$levels" \
+        --paths bare --label q4-bare --budget-s "$budget"
+    python3 benchmarks/serving_scale.py "${common[@]}" "${q4[@]}" --levels 1,64 \
+        --paths omlx_http --label q4-warm-up --budget-s "$budget"
+    python3 benchmarks/serving_scale.py "${common[@]}" "${q4[@]}" --levels "$levels" \
+        --paths omlx_http --label q4 --budget-s "$budget"
+    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-q4.jsonl.gz" || true
 elif [ "${ORDER:-}" = folded ]; then
     auto bare,omlx_http
     OMLX_ENGINE__DECODE_ATTENTION=folded python3 benchmarks/serving_scale.py "${common[@]}" \

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# A trained DFlash draft against plain decoding on a GPU, the default model's target
+# loaded in up to three ways, one after the other in one device call:
+#
+#   benchmarks/dflash_gpu_targets.sh GGUF_PART_DIR DRAFT_DIR OUT_JSONL [ARMS]
+#
+# ARMS (default float32,float32-fused,keep; comma-separated):
+#   float32        the GGUF imported in float32, loaded as stored (runs 1-4 measured this);
+#   float32-fused  the same with q/k/v and gate/up fused, as `omlx serve` loads it on CUDA;
+#   keep           its Q4_1 blocks kept as MLX 4-bit with float16 activations: what
+#                  `omlx serve` imports its default model as on a GPU (engine.dtype auto).
+#                  On CUDA a quantized matmul of several rows is MLX's own kernel, a graph
+#                  kernel node, where a float one is a cuBLASLt call captured into a child
+#                  graph: the host cost that a 16-token verify paid per matmul (runs 3-4).
+# Each arm: greedy, blocks of 16, PER_CATEGORY (5) held-out prompts per category,
+# MAX_TOKENS (128), both loops, one profiled prompt per category; JSON lines appended to
+# OUT_JSONL (the arm is in each line's model/fused_projections/model_dtype fields).
+set -euo pipefail
+parts=$1
+draft=$2
+out=$3
+arms=${4:-float32,float32-fused,keep}
+export PYTHONUNBUFFERED=1 OMLX_HOME=${OMLX_HOME:-/root/omlx}
+first=$(ls "$parts"/*.gguf* | sort | head -1)
+start=$(date +%s)
+for arm in ${arms//,/ }; do
+    case $arm in
+        float32|float32-fused) dtype=float32 name=SmolLM2-135M-Instruct ;;
+        keep) dtype=keep name=SmolLM2-135M-Instruct-q4 ;;
+        *) echo "unknown arm $arm" >&2; exit 2 ;;
+    esac
+    if [[ ! -f $OMLX_HOME/models/$name/config.json ]]; then
+        python3 -m omlx.cli.main pull "$first" --dtype "$dtype" --name "$name" >/dev/null
+    fi
+    flags=()
+    [[ $arm == float32-fused ]] && flags=(--fused-projections)
+    echo "== $arm after $(( $(date +%s) - start )) s"
+    python3 -m benchmarks.dflash_trained --model "$OMLX_HOME/models/$name" --draft "$draft" \
+        --per-category "${PER_CATEGORY:-5}" --max-tokens "${MAX_TOKENS:-128}" \
+        --temperatures 0 --loops sequential,pipelined --profile-prompts 1 \
+        "${flags[@]}" --out "$out" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    if r.get("category") == "all":
+        print(r["loop"], "tau", round(r["acceptance_length"], 2), "speedup", round(r["speedup"], 2),
+              "identical", r.get("identical"), "cycle ms", round(r["dflash_ms_per_cycle"], 2),
+              "plain ms/token", round(r["plain_ms_per_token"], 2), flush=True)'
+done
+echo "all done after $(( $(date +%s) - start )) s"
