@@ -13,7 +13,7 @@ from mlx.utils import tree_flatten
 from omlx.engine.text.templating import ModelSpec, context_length
 from omlx.errors import ImportFailed
 from omlx.models.generation_config import read_generation_config, sampling_defaults_from
-from omlx.platform.cpu_precision import upcast_half_parameters, wants_float32
+from omlx.platform.cpu_precision import compute_in_float32
 from omlx.platform.weight_layout import use_input_major_linears, wants_input_major
 
 log = logging.getLogger(__name__)
@@ -48,9 +48,7 @@ def load_text_model(
         model, tokenizer, config = load(str(path), return_config=True)
     except (FileNotFoundError, ValueError) as e:
         raise ImportFailed(f"cannot load model {name!r} from {path}: {e}") from e
-    if wants_float32(cpu_float32, model):  # first: fused and swapped layers are then float32
-        added = upcast_half_parameters(model)
-        log.info("model %s: computing in float32 on the CPU (+%.1f MB)", name, added / 1e6)
+    compute_in_float32(model, cpu_float32, name)  # first: fused, swapped layers follow it
     if fuse_projections:  # before the layout swap, which then takes the fused layers too
         from omlx.mlx_lm_compat.fused_projections import fuse_projections as fuse
 

@@ -16,11 +16,14 @@ the machine's RAM.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Literal
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
+
+log = logging.getLogger(__name__)
 
 HALF_TYPES = (mx.float16, mx.bfloat16)
 AUTO_SHARE_OF_RAM = 0.25
@@ -89,3 +92,13 @@ def wants_float32(
         return True
     ram = physical_ram_bytes() if ram_bytes is None else ram_bytes
     return total + added <= AUTO_SHARE_OF_RAM * ram
+
+
+def compute_in_float32(model: Any, setting: Literal["auto", "off", "on"], name: str) -> int:
+    """What every loader calls once its model is loaded: cast if `setting` says so here;
+    the bytes added (0: left as it is)."""
+    if not wants_float32(setting, model):
+        return 0
+    added = upcast_half_parameters(model)
+    log.info("model %s: computing in float32 on the CPU (+%.1f MB)", name, added / 1e6)
+    return added

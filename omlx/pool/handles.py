@@ -22,9 +22,12 @@ VISION_TYPES = frozenset({"vlm", "ocr"})
 TEXT_TYPES = frozenset({"llm"})
 
 
-def make_worker(name: str, path: Path, model_type: str) -> ModelWorker:
+def make_worker(name: str, path: Path, model_type: str, cpu_float32: str = "off") -> ModelWorker:
+    """`cpu_float32`: engine.cpu_float32, which every loader applies to its model."""
     target = WORKER_LOADERS[model_type]
-    return ModelWorker(name, path, model_type, lambda n, p: resolve(target)(n, p))
+    return ModelWorker(
+        name, path, model_type, lambda n, p: resolve(target)(n, p, cpu_float32=cpu_float32)
+    )
 
 
 def handle_bytes(handle: Any) -> int:

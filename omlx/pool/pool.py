@@ -213,7 +213,9 @@ class LocalModelPool:
 
     def _make_handle(self, resolved: Resolved) -> Any:
         if resolved.type in WORKER_LOADERS:
-            return make_worker(resolved.name, resolved.path, resolved.type)
+            return make_worker(
+                resolved.name, resolved.path, resolved.type, self.settings.engine.cpu_float32
+            )
         if resolved.type not in TEXT_TYPES:
             raise InvalidRequest(
                 f"model {resolved.name!r} is a {resolved.type} model, which omlx cannot serve yet",

@@ -17,6 +17,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 
 from omlx.errors import ImportFailed, InvalidRequest
+from omlx.platform.cpu_precision import compute_in_float32
 from omlx.workers.bert import BertConfig, BertModel
 from omlx.workers.encoder_tokenizer import EncoderTokenizer
 from omlx.workers.extras import EMBEDDINGS, require
@@ -105,7 +106,7 @@ def _is_matryoshka(path: Path, config: dict[str, Any]) -> bool:
         return False
 
 
-def load_embedding_model(name: str, path: Path) -> EmbeddingModel:
+def load_embedding_model(name: str, path: Path, *, cpu_float32: str = "off") -> EmbeddingModel:
     config = read_json(path / "config.json")
     model_type = str(config.get("model_type", ""))
     max_seq = read_json(path / "sentence_bert_config.json").get("max_seq_length")
@@ -118,6 +119,7 @@ def load_embedding_model(name: str, path: Path) -> EmbeddingModel:
         model = _load_with_mlx_embeddings(name, path)
         limit = int(config.get("max_position_embeddings") or 512)
         own = False
+    compute_in_float32(model, cpu_float32, name)
     tokenizer = EncoderTokenizer.from_folder(path, min(limit, int(max_seq or limit)))
     weight_bytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
     dims = int(config.get("hidden_size") or 0)

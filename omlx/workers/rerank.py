@@ -17,6 +17,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 
 from omlx.errors import ImportFailed, InvalidRequest
+from omlx.platform.cpu_precision import compute_in_float32
 from omlx.workers.bert import BertModel
 from omlx.workers.embeddings import BERT_TYPES, load_bert, read_json
 from omlx.workers.encoder_tokenizer import EncoderTokenizer
@@ -50,7 +51,9 @@ class CausalReranker:
     weight_bytes: int
 
 
-def load_reranker(name: str, path: Path) -> CrossEncoder | CausalReranker:
+def load_reranker(
+    name: str, path: Path, *, cpu_float32: str = "off"
+) -> CrossEncoder | CausalReranker:
     config = read_json(path / "config.json")
     archs = config.get("architectures") or [""]
     if str(archs[0]).endswith("ForSequenceClassification"):
@@ -59,6 +62,7 @@ def load_reranker(name: str, path: Path) -> CrossEncoder | CausalReranker:
                 f"reranker {name!r}: {archs[0]} is not supported (BERT/RoBERTa cross-encoders are)"
             )
         model = load_bert(path, config, with_head=True)
+        compute_in_float32(model, cpu_float32, name)
         tokenizer = EncoderTokenizer.from_folder(path, model.config.max_tokens)
         return CrossEncoder(name, model, tokenizer, _param_bytes(model))
     from omlx.mlx_lm_compat import load
@@ -67,6 +71,7 @@ def load_reranker(name: str, path: Path) -> CrossEncoder | CausalReranker:
         model, tokenizer = load(str(path))
     except (FileNotFoundError, ValueError) as e:
         raise ImportFailed(f"cannot load reranker {name!r} from {path}: {e}") from e
+    compute_in_float32(model, cpu_float32, name)
     return CausalReranker(name, model, tokenizer, _param_bytes(model))
 
 

@@ -27,6 +27,7 @@ from omlx.engine.api import (
 )
 from omlx.errors import ImportFailed, InvalidRequest
 from omlx.models.generation_config import sampling_defaults
+from omlx.platform.cpu_precision import compute_in_float32
 from omlx.workers.extras import VLM, require
 from omlx.workers.images import IMAGE_PART_TYPES, LoadedImage
 
@@ -73,7 +74,7 @@ class VlmModel:
     sampling_defaults: dict[str, float | int] = field(default_factory=dict)
 
 
-def load_vlm(name: str, path: Path, *, is_ocr: bool = False) -> VlmModel:
+def load_vlm(name: str, path: Path, *, is_ocr: bool = False, cpu_float32: str = "off") -> VlmModel:
     require(VLM, name)
     from mlx_vlm import load
 
@@ -81,6 +82,7 @@ def load_vlm(name: str, path: Path, *, is_ocr: bool = False) -> VlmModel:
         model, processor = load(str(path))
     except Exception as e:  # mlx-vlm raises many types for unsupported checkpoints
         raise ImportFailed(f"cannot load vision model {name!r} from {path}: {e}") from e
+    compute_in_float32(model, cpu_float32, name)
     config = json.loads((path / "config.json").read_text())
     weight_bytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
     log.info("loaded %s model %s (%.1f MB)", "OCR" if is_ocr else "VLM", name, weight_bytes / 1e6)
@@ -91,8 +93,8 @@ def load_vlm(name: str, path: Path, *, is_ocr: bool = False) -> VlmModel:
     )  # fmt: skip
 
 
-def load_ocr(name: str, path: Path) -> VlmModel:
-    return load_vlm(name, path, is_ocr=True)
+def load_ocr(name: str, path: Path, *, cpu_float32: str = "off") -> VlmModel:
+    return load_vlm(name, path, is_ocr=True, cpu_float32=cpu_float32)
 
 
 def ocr_preset(model_type: str) -> OcrPreset:

@@ -36,7 +36,7 @@ ENGINE_MLX_MODULES = {
     "omlx.engine.grammar_mask",
 }
 # models: the GGUF importer reads and writes tensors with MLX; the store itself needs none.
-PLATFORM_MLX_MODULES = {"omlx.platform.weight_layout"}
+PLATFORM_MLX_MODULES = {"omlx.platform.weight_layout", "omlx.platform.cpu_precision"}
 DRAFT_PURE = ["omlx.draft.accept", "omlx.draft.config", "omlx.draft.stats", "omlx.draft.stopping"]
 LEAVES = ["omlx.settings", "omlx.errors"]
 
