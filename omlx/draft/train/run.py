@@ -13,6 +13,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from omlx.draft.capture import TargetAdapter
 from omlx.draft.config import DEFAULT_DRAFT_BLOCK_SIZE
 from omlx.draft.train.data import GenerationSettings, Progress, build_dataset, target_fingerprint
 from omlx.draft.train.init_from_draft import start_config, weights_digest
@@ -20,6 +21,7 @@ from omlx.draft.train.prompts import read_prompt_file, select
 from omlx.draft.train.sizing import draft_config
 from omlx.draft.train.trainer import RECIPE_FILE, Event, TrainConfig, Trainer, write_recipe
 from omlx.draft.vocab import write_vocab
+from omlx.platform.cpu_precision import compute_in_float32
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,9 @@ def train_draft(
     data_dir = Path(data_dir) if data_dir else out / "data"
     records = read_prompt_file(prompts_file)  # bad input fails before the model loads
     model, tokenizer = load(str(target_path))
+    # As `omlx serve` loads it (engine.cpu_float32 auto): on a CPU a half-precision target
+    # computes in float32, several times faster, and the draft learns the states it serves.
+    compute_in_float32(model, "auto", str(target_path))
     if max_prompts is not None:
         heldout = [r for r in records if r.split == "heldout"]
         keep_heldout = max(1, max_prompts // 12) if heldout else 0
@@ -138,6 +143,7 @@ def train_draft(
             "draft_config": draft_cfg.to_dict(),
             **({"init_from": _start_record(training.init_from)} if training.init_from else {}),
             "device": str(mx.default_device()),
+            "target_dtype": str(TargetAdapter(model, ()).dtype),
             "machine": platform.machine(),
         },
     )

@@ -238,3 +238,32 @@ def test_init_from_continues_a_draft_and_keeps_its_shape(tiny_llama_dir, tmp_pat
         app, [*args, "--out", str(tmp_path / "y"), "--init-from", str(first)]
     )
     assert quantized.exit_code != 0 and "quantized draft" in quantized.output
+
+
+def test_a_bfloat16_target_trains_in_float32_on_the_cpu(tiny_llama_dir, tmp_path):
+    import shutil
+
+    import mlx.core as mx
+
+    target = tmp_path / "bf16"
+    shutil.copytree(tiny_llama_dir, target)
+    weights = mx.load(str(target / "model.safetensors"))
+    mx.save_safetensors(
+        str(target / "model.safetensors"), {k: v.astype(mx.bfloat16) for k, v in weights.items()}
+    )
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        '{"prompt": "hello there"}\n{"prompt": "name a colour", "split": "heldout"}\n'
+    )
+    out = tmp_path / "draft"
+    result = CliRunner().invoke(
+        app,
+        ["draft", "train", "--target", str(target), "--out", str(out), "--prompts", str(prompts),
+         "--max-new-tokens", "6", "--batch-size", "2", "--anchors", "2", "--block-size", "4",
+         "--steps", "2", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "training.json").read_text())["target_dtype"] == "mlx.core.float32"
+    # The draft is saved in the dtype asked for, whatever the target computed in.
+    saved = mx.load(str(out / "model.safetensors"))
+    assert {v.dtype for v in saved.values()} == {mx.bfloat16}
