@@ -18,7 +18,11 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_unflatten
 
-FLOAT_TYPES = (mx.float32, mx.float16, mx.bfloat16)
+# float32 only: half-precision matmuls do not go through BLAS on a CPU, and in the swapped
+# layout they ran 0.84-1.04x (bfloat16 matvecs of SmolLM2's shapes 0.84-0.93x).
+# Half-precision models are computed in float32 anyway (cpu_precision.py) unless that
+# is turned off.
+SWAPPED_TYPES = (mx.float32,)
 
 
 class InputMajorLinear(nn.Module):
@@ -42,7 +46,7 @@ class InputMajorLinear(nn.Module):
 
 
 def use_input_major_linears(model: Any) -> int:
-    """Swap every float nn.Linear of `model` for an InputMajorLinear; how many were swapped.
+    """Swap every float32 nn.Linear of `model` for an InputMajorLinear; how many were swapped.
 
     Quantized layers (their own type) and subclasses of nn.Linear are left as they are.
     The old weights are freed as the new ones are evaluated, one layer at a time, so the
@@ -51,7 +55,7 @@ def use_input_major_linears(model: Any) -> int:
     names = [
         name
         for name, module in model.named_modules()
-        if type(module) is nn.Linear and module.weight.dtype in FLOAT_TYPES
+        if type(module) is nn.Linear and module.weight.dtype in SWAPPED_TYPES
     ]
     for name in names:  # by name: a list of the modules would keep every old weight alive
         new = InputMajorLinear(_submodule(model, name))

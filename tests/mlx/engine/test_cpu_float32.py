@@ -56,10 +56,14 @@ def q4_dir(bf16_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _cast_by_hand(folder: Path) -> nn.Module:
-    """The stored model with every half-precision parameter cast to float32 in one go."""
+    """The stored model with every half-precision parameter cast to float32 in one go,
+    float32 linears then laid out as the engine keeps them on a CPU."""
+    from omlx.platform.weight_layout import use_input_major_linears
+
     model = load_text_model("tiny", folder, cpu_float32="off").model
     half = [(k, v) for k, v in tree_flatten(model.parameters()) if v.dtype == mx.bfloat16]
     model.update(tree_unflatten([(k, v.astype(mx.float32)) for k, v in half]))
+    use_input_major_linears(model)
     return model
 
 
@@ -121,3 +125,12 @@ def test_a_float32_model_is_left_alone(tiny_llama_dir: Path) -> None:
 def test_the_engine_setting_reaches_the_load(bf16_dir: Path, value: str, expect) -> None:
     loaded = MLXBackend(EngineSettings(cpu_float32=value)).load("tiny", bf16_dir)
     assert set(_dtypes(loaded.model).values()) == {expect}
+
+
+def test_half_precision_weights_keep_mlx_layout_when_not_cast(bf16_dir: Path) -> None:
+    from omlx.platform.weight_layout import InputMajorLinear
+
+    kept = load_text_model("tiny", bf16_dir, cpu_float32="off").model
+    cast = load_text_model("tiny", bf16_dir, cpu_float32="auto").model
+    assert not [m for _, m in kept.named_modules() if isinstance(m, InputMajorLinear)]
+    assert [m for _, m in cast.named_modules() if isinstance(m, InputMajorLinear)]
