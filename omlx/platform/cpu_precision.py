@@ -21,7 +21,7 @@ import os
 from typing import Any, Literal
 
 import mlx.core as mx
-from mlx.utils import tree_flatten
+from mlx.utils import tree_flatten, tree_unflatten
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,12 @@ def upcast_half_parameters(model: Any) -> int:
         mx.eval(list(cast.values()))
         module.update(cast)
         added += sum(v.nbytes for v in half.values())
+    # Parameters a module keeps in a list or dict of arrays, which the pass above skips.
+    rest = [(k, v) for k, v in tree_flatten(model.parameters()) if v.dtype in HALF_TYPES]
+    if rest:
+        model.update(tree_unflatten([(k, v.astype(mx.float32)) for k, v in rest]))
+        mx.eval(model.parameters())
+        added += sum(v.nbytes for _, v in rest)
     return added
 
 

@@ -134,3 +134,19 @@ def test_half_precision_weights_keep_mlx_layout_when_not_cast(bf16_dir: Path) ->
     cast = load_text_model("tiny", bf16_dir, cpu_float32="auto").model
     assert not [m for _, m in kept.named_modules() if isinstance(m, InputMajorLinear)]
     assert [m for _, m in cast.named_modules() if isinstance(m, InputMajorLinear)]
+
+
+def test_arrays_kept_in_a_list_are_cast_too() -> None:
+    from omlx.platform.cpu_precision import upcast_half_parameters
+
+    class Mixer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(8, 8)
+            self.gains = [mx.ones((8,)), mx.ones((8,))]  # arrays in a list, no module
+
+    model = Mixer()
+    model.set_dtype(mx.bfloat16)
+    total, added = upcast_cost(model)
+    assert upcast_half_parameters(model) == added == total
+    assert set(_dtypes(model).values()) == {mx.float32}
