@@ -11,22 +11,23 @@ float32 at load (`engine.cpu_float32`): the matmuls, the activations and the KV 
 then run in float32, the quantized weights stay packed. The cost is memory: twice the
 bytes of every cast parameter (for a 4-bit model only its scales, biases, norms and any
 unquantized layer), which `auto` allows while the model then takes at most a quarter of
-the machine's RAM.
+the machine's RAM (memory.py), and which the pool's estimate before a load already counts
+(pool/memory_budget.py reads the half-precision bytes from the safetensors headers).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, Literal
 
 import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 
+from omlx.platform.memory import float32_fits
+
 log = logging.getLogger(__name__)
 
 HALF_TYPES = (mx.float16, mx.bfloat16)
-AUTO_SHARE_OF_RAM = 0.25
 
 
 def _own_half_arrays(module: Any) -> dict[str, mx.array]:
@@ -72,13 +73,6 @@ def upcast_half_parameters(model: Any) -> int:
     return added
 
 
-def physical_ram_bytes() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 16 * 1024**3
-
-
 def wants_float32(
     setting: Literal["auto", "off", "on"],
     model: Any,
@@ -88,7 +82,7 @@ def wants_float32(
 ) -> bool:
     """Whether `model`'s half-precision parameters should be cast on this device: never
     off a CPU or with nothing to cast; `on` always; `auto` while the cast model takes at
-    most AUTO_SHARE_OF_RAM of the machine's RAM."""
+    most AUTO_FLOAT32_SHARE of the machine's RAM."""
     if setting == "off" or (device or mx.default_device()).type != mx.cpu:
         return False
     total, added = upcast_cost(model)
@@ -96,8 +90,7 @@ def wants_float32(
         return False
     if setting == "on":
         return True
-    ram = physical_ram_bytes() if ram_bytes is None else ram_bytes
-    return total + added <= AUTO_SHARE_OF_RAM * ram
+    return float32_fits(total, added, ram_bytes)
 
 
 def compute_in_float32(model: Any, setting: Literal["auto", "off", "on"], name: str) -> int:

@@ -6,12 +6,12 @@ Pure bookkeeping: the pool asks `plan_load` which models to unload before a load
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from omlx.errors import ModelTooLarge, Overloaded
+from omlx.platform.memory import system_memory_bytes
 
 # The default budget: this fraction of physical RAM, leaving the rest to the OS and apps.
 DEFAULT_BUDGET_FRACTION = 0.75
@@ -33,14 +33,6 @@ _UNITS = {
     "TIB": 1024**4,
 }
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
-
-
-def system_memory_bytes() -> int:
-    """Physical RAM (Linux and macOS); unified memory on Apple Silicon."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 16 * 1024**3  # an unknown platform: assume a modest machine
 
 
 def parse_memory_budget(text: str, total_bytes: int | None = None) -> int:

@@ -196,7 +196,9 @@ class LocalModelPool:
 
     async def _load_within_budget(self, resolved: Resolved) -> Any:
         """Unload LRU idle models until the estimate fits, then load and measure."""
-        estimate = await asyncio.to_thread(estimate_model_bytes, resolved.path)
+        estimate = await asyncio.to_thread(
+            estimate_model_bytes, resolved.path, cpu_float32=self._cpu_float32()
+        )
         for victim in self.policy.plan_load(resolved.name, estimate):
             log.info("unloading %s to make room for %s", victim, resolved.name)
             await self._unload_named(victim, grace_s=0)
@@ -210,6 +212,12 @@ class LocalModelPool:
             raise
         self.policy.loaded(resolved.name, handle_bytes(handle), time.monotonic())
         return handle
+
+    def _cpu_float32(self) -> str:
+        """engine.cpu_float32 where models compute on a CPU; "off" on a GPU."""
+        from omlx.platform.device import on_gpu
+
+        return "off" if on_gpu() else self.settings.engine.cpu_float32
 
     def _make_handle(self, resolved: Resolved) -> Any:
         if resolved.type in WORKER_LOADERS:

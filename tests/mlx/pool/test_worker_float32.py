@@ -112,3 +112,25 @@ def test_the_pool_serves_a_bfloat16_vlm_as_set(bf16_vlm: Path, setting: str, fac
     assert result.events  # the image request was answered
     held = status.memory_bytes / _weights_bytes(bf16_vlm)
     assert factor - 0.1 < held < factor + 0.1, held
+
+
+def test_the_estimate_before_a_load_counts_the_cast(bf16_vlm: Path, tmp_path: Path) -> None:
+    from omlx.models.types import weight_files
+    from omlx.pool.memory_budget import LOAD_OVERHEAD, estimate_model_bytes, half_precision_bytes
+
+    files = weight_files(bf16_vlm)
+    arrays = {k: v for f in files if f.suffix == ".safetensors" for k, v in mx.load(str(f)).items()}
+    half = sum(v.nbytes for v in arrays.values() if v.dtype in (mx.bfloat16, mx.float16))
+    assert half and half_precision_bytes(files) == half  # read from the headers alone
+    plain = estimate_model_bytes(bf16_vlm)
+    assert estimate_model_bytes(bf16_vlm, cpu_float32="off") == plain
+    assert estimate_model_bytes(bf16_vlm, cpu_float32="auto") == int(
+        (_weights_bytes(bf16_vlm) + half) * LOAD_OVERHEAD
+    )
+    # A file that is not safetensors inside is left to the loader to refuse.
+    broken = tmp_path / "broken"
+    shutil.copytree(bf16_vlm, broken)
+    first, *_ = sorted(broken.glob("*.safetensors"))
+    for junk in (b"\x00" * 4, b"\xff" * 64, b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all"):
+        first.write_bytes(junk)
+        assert estimate_model_bytes(broken, cpu_float32="on") > 0
