@@ -17,6 +17,10 @@
 # GEN_BATCH (default 256, the carried data's) is the number of replies written at once;
 # it is part of the data's name (batched sampling draws depend on it), so another value
 # starts a new data file (1,024 rows wrote ~2x the tokens a second of 256 on an H100).
+# GEN_JOIN (default 1, the carried data's) lets new prompts join the generating batch
+# only once that many rows are free, in one prefill (`--gen-join`; each freed row was
+# refilled at once, a forward pass of its own beside each ~31 ms decode step, and data
+# generation ran at ~100 ms a step); like GEN_BATCH it names new data when not 1.
 # INIT_FROM (a trained draft's folder, e.g. the last session's, carried along) starts
 # training from its weights (`--init-from`) instead of random ones.
 # SMOKE_FLAGS (e.g. "--max-prompts 8 --max-new-tokens 8 --batch-size 2") are appended
@@ -38,7 +42,7 @@ echo "import done after $(( $(date +%s) - start )) s"
 
 common=(--target SmolLM2-135M-Instruct --out "$draft"
         --max-new-tokens 256 --sampled "${SAMPLED:-1}" --sample-temperature 0.7
-        --gen-batch "${GEN_BATCH:-256}")
+        --gen-batch "${GEN_BATCH:-256}" --gen-join "${GEN_JOIN:-1}")
 read -r -a smoke <<< "${SMOKE_FLAGS:-}"
 omlx draft train "${common[@]}" --data-only --data-budget "${DATA_MAX_S:-180}" --json \
     "${smoke[@]}" | grep -v '"kind": "data"' || true

@@ -55,6 +55,7 @@ _omlx() {
         "omlx draft train --sampled") COMPREPLY=(); return ;;
         "omlx draft train --sample-temperature") COMPREPLY=(); return ;;
         "omlx draft train --gen-batch") COMPREPLY=(); return ;;
+        "omlx draft train --gen-join") COMPREPLY=(); return ;;
         "omlx draft train --data-dir") COMPREPLY=(); return ;;
         "omlx draft train --data-budget") COMPREPLY=(); return ;;
         "omlx draft train --layers") COMPREPLY=(); return ;;
@@ -110,7 +111,7 @@ _omlx() {
         "omlx cache inspect") opts="--model -m --json --help -h"; subs="" ;;
         "omlx cache clear") opts="--model -m --tier --help -h"; subs="" ;;
         "omlx draft") opts="--help -h"; subs="train" ;;
-        "omlx draft train") opts="--target --out --prompts --max-prompts --max-new-tokens --sampled --sample-temperature --gen-batch --data-dir --data-budget --layers --intermediate-size --heads --block-size --target-layers --steps --time-budget --batch-size --anchors --lr --warmup --weight-decay --dtype --save-dtype --shard-mb --eval-every --eval-sequences --vocab-coverage --vocab-loss --full-vocab-loss --keep-best --keep-last --labels --cache-context --init-from-target --init-from --checkpoint-every --seed --resume --data-only --json --help -h"; subs="" ;;
+        "omlx draft train") opts="--target --out --prompts --max-prompts --max-new-tokens --sampled --sample-temperature --gen-batch --gen-join --data-dir --data-budget --layers --intermediate-size --heads --block-size --target-layers --steps --time-budget --batch-size --anchors --lr --warmup --weight-decay --dtype --save-dtype --shard-mb --eval-every --eval-sequences --vocab-coverage --vocab-loss --full-vocab-loss --keep-best --keep-last --labels --cache-context --init-from-target --init-from --checkpoint-every --seed --resume --data-only --json --help -h"; subs="" ;;
         "omlx config") opts="--help -h"; subs="show set" ;;
         "omlx config show") opts="--json --help -h"; subs="" ;;
         "omlx config set") opts="--help -h"; subs="" ;;

@@ -100,6 +100,7 @@ complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l max-new-tokens -
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l sampled -r -F -d 'Extra sampled replies per prompt'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l sample-temperature -r -F -d ''
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l gen-batch -r -F -d 'Streams while generating'
+complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l gen-join -r -F -d 'New prompts join the generating batch once this many rows are free, in one prefill (1: each freed row refilled at once; larger suits a GPU)'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l data-dir -r -F -d 'Default: OUT/data'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l data-budget -r -F -d 'Seconds of generation (0: none); train on what is done, finish it next run'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l layers -r -F -d 'Draft layers'

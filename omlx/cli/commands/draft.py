@@ -57,6 +57,13 @@ def train(
     sampled: int = typer.Option(0, "--sampled", min=0, help="Extra sampled replies per prompt."),
     sample_temperature: float = typer.Option(0.7, "--sample-temperature", min=0.0),
     gen_batch: int = typer.Option(64, "--gen-batch", min=1, help="Streams while generating."),
+    gen_join: int = typer.Option(
+        1,
+        "--gen-join",
+        min=1,
+        help="New prompts join the generating batch once this many rows are free, in one "
+        "prefill (1: each freed row refilled at once; larger suits a GPU).",
+    ),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Default: OUT/data."),
     data_budget: float | None = typer.Option(
         None,
@@ -189,6 +196,7 @@ def train(
                 num_sampled=sampled,
                 temperature=sample_temperature,
                 batch_size=gen_batch,
+                join_rows=gen_join,
                 seed=seed,
             ),
             training=TrainConfig(

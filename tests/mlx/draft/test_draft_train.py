@@ -253,3 +253,48 @@ def test_cached_target_states_give_the_same_loss(distilled, tmp_path, monkeypatc
         assert got.tau.item() == want.tau.item(), step
     assert forwards == [8, 8, 8]  # the first epoch only
     assert len(trainer._contexts) == 24
+
+
+def test_grouped_joins_give_the_same_greedy_replies(monkeypatch):
+    """`join_rows`: prompts join in groups once that many rows are free (one prefill for
+    the group), and greedy replies are the ones one-at-a-time joins give."""
+    from collections import Counter
+
+    from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
+
+    target = build_target("qwen3")
+    prompts = _prompts(24, seed=3)
+    free_run = generate_replies(target, prompts, [], GenerationSettings(max_new_tokens=24))
+    # An "EOS" the model writes now and then, so replies end at different steps.
+    counts = Counter(t for r in free_run for t in set(r))
+    eos = min(counts, key=lambda t: abs(counts[t] - len(prompts) // 2))
+    settings = GenerationSettings(max_new_tokens=24, batch_size=8)
+    one_by_one = generate_replies(target, prompts, [eos], settings)
+    assert len({len(r) for r in one_by_one}) > 3  # replies of many lengths
+
+    sizes: list[int] = []
+    insert = FusedJoinBatchGenerator.insert
+
+    def spy(self, batch, *args, **kwargs):
+        sizes.append(len(batch))
+        return insert(self, batch, *args, **kwargs)
+
+    monkeypatch.setattr(FusedJoinBatchGenerator, "insert", spy)
+    grouped = generate_replies(
+        target, prompts, [eos], GenerationSettings(max_new_tokens=24, batch_size=8, join_rows=4)
+    )
+    assert grouped == one_by_one
+    assert sizes[0] == 8 and sum(sizes) == 24 and len(sizes) > 2
+    assert all(n >= 4 for n in sizes[1:-1]), sizes
+
+
+def test_join_rows_names_the_data_only_when_set():
+    from omlx.draft.train.data import cache_key
+
+    base = GenerationSettings()
+    assert cache_key("t", [[1, 2]], base) == cache_key(
+        "t", [[1, 2]], GenerationSettings(join_rows=1)
+    )
+    assert cache_key("t", [[1, 2]], base) != cache_key(
+        "t", [[1, 2]], GenerationSettings(join_rows=8)
+    )
