@@ -58,13 +58,14 @@ def use_input_major_linears(model: Any) -> int:
         if type(module) is nn.Linear and module.weight.dtype in SWAPPED_TYPES
     ]
     for name in names:  # by name: a list of the modules would keep every old weight alive
-        new = InputMajorLinear(_submodule(model, name))
+        new = InputMajorLinear(submodule(model, name))
         mx.eval(new.parameters())
         model.update_modules(tree_unflatten([(name, new)]))
     return len(names)
 
 
-def _submodule(model: Any, name: str) -> Any:
+def submodule(model: Any, name: str) -> Any:
+    """The module at a dotted path of `named_modules()` (list items by index)."""
     node = model
     for part in name.split("."):
         node = node[int(part)] if isinstance(node, list) else node[part]
@@ -76,4 +77,4 @@ def wants_input_major(device: mx.Device | None = None) -> bool:
     return (device or mx.default_device()).type == mx.cpu
 
 
-__all__ = ["InputMajorLinear", "use_input_major_linears", "wants_input_major"]
+__all__ = ["InputMajorLinear", "submodule", "use_input_major_linears", "wants_input_major"]

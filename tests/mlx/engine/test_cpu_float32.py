@@ -90,8 +90,18 @@ def test_bfloat16_weights_are_computed_in_float32(bf16_dir: Path) -> None:
     _same_picks(logits, kept.model(PROMPT))
 
 
-def test_a_quantized_model_keeps_its_packed_weights(q4_dir: Path) -> None:
+def _ram(monkeypatch: pytest.MonkeyPatch, ram_bytes: int) -> None:
+    import omlx.platform.memory as memory
+
+    monkeypatch.setattr(memory, "system_memory_bytes", lambda: ram_bytes)
+
+
+def test_a_quantized_model_too_big_to_dequantize_keeps_its_packed_weights(
+    q4_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     kept = load_text_model("tiny", q4_dir, cpu_float32="off")
+    total = sum(v.nbytes for _, v in tree_flatten(kept.model.parameters()))
+    _ram(monkeypatch, 8 * total)  # the cast fits a quarter of it, float32 weights do not
     cast = load_text_model("tiny", q4_dir, cpu_float32="on")
     before, after = _dtypes(kept.model), _dtypes(cast.model)
     packed = [k for k, d in before.items() if d == mx.uint32]
@@ -150,3 +160,23 @@ def test_arrays_kept_in_a_list_are_cast_too() -> None:
     total, added = upcast_cost(model)
     assert upcast_half_parameters(model) == added == total
     assert set(_dtypes(model).values()) == {mx.float32}
+
+
+def test_a_quantized_model_that_fits_is_dequantized(q4_dir: Path) -> None:
+    from omlx.pool.memory_budget import LOAD_OVERHEAD, estimate_model_bytes
+
+    kept = load_text_model("tiny", q4_dir, cpu_float32="off")
+    dense = load_text_model("tiny", q4_dir, cpu_float32="auto")
+    assert not [m for _, m in dense.model.named_modules() if "Quantized" in type(m).__name__]
+    assert set(_dtypes(dense.model).values()) == {mx.float32}
+    # The same values: what the quantized layers computed with float32 scales.
+    logits = dense.model(PROMPT)
+    reference = _cast_by_hand(q4_dir)(PROMPT)
+    assert mx.allclose(logits, reference, atol=1e-4, rtol=1e-4).item()
+    assert mx.array_equal(mx.argmax(logits, -1), mx.argmax(reference, -1)).item()
+    _same_picks(logits, kept.model(PROMPT))
+    # The pool's estimate before the load, from the files' headers, is what it holds.
+    assert estimate_model_bytes(q4_dir, cpu_float32="auto") == int(
+        dense.weight_bytes * LOAD_OVERHEAD
+    )
+    assert estimate_model_bytes(q4_dir) < estimate_model_bytes(q4_dir, cpu_float32="auto")

@@ -116,7 +116,8 @@ def test_the_pool_serves_a_bfloat16_vlm_as_set(bf16_vlm: Path, setting: str, fac
 
 def test_the_estimate_before_a_load_counts_the_cast(bf16_vlm: Path, tmp_path: Path) -> None:
     from omlx.models.types import weight_files
-    from omlx.pool.memory_budget import LOAD_OVERHEAD, estimate_model_bytes, half_precision_bytes
+    from omlx.pool.memory_budget import LOAD_OVERHEAD, estimate_model_bytes
+    from omlx.pool.weight_headers import half_precision_bytes
 
     files = weight_files(bf16_vlm)
     arrays = {k: v for f in files if f.suffix == ".safetensors" for k, v in mx.load(str(f)).items()}
