@@ -154,7 +154,9 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
             "On a CPU, cast a model's float16/bfloat16 parameters (a quantized model's "
             "scales and biases) to float32 at load, for every model type: MLX's CPU "
             "kernels for half precision are 2-30x slower (SmolLM2 in bfloat16: 140 -> 65 ms "
-            "a token). auto = when the model then takes at most a quarter of the RAM; see "
+            "a token). auto = when the model then takes at most a quarter of the RAM; with "
+            "either value a quantized model whose float32 form fits that share is also "
+            "dequantized (its CPU kernels are slower than float32 ones); see "
             "omlx/platform/cpu_precision.py"
         ),
     ] = "auto"
