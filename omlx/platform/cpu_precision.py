@@ -18,7 +18,8 @@ MLX's CPU kernels for quantized matmuls are slower still than a float32 matmul o
 whole weight (SmolLM2's MLP shape, float32 activations: 0.79 against 0.19 ms for one
 row, 13 against 0.28 ms for sixteen, which is what prefill runs), so a quantized model
 whose float32 form fits the same share of the RAM is also dequantized: its quantized
-linears and embeddings become float32 ones holding the same values.
+linears and embeddings become float32 ones holding the same values (SmolLM2 kept 4-bit,
+over HTTP: 3,902 -> 61 ms a token, as fast as its float32 import).
 """
 
 from __future__ import annotations
