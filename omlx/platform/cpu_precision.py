@@ -88,10 +88,11 @@ def float32_bytes(model: Any, *, dequantize: bool) -> int:
     quantized = _quantized_modules(model) if dequantize else {}
     for name, value in tree_flatten(model.parameters()):
         module = name.rsplit(".", 1)[0]
-        if module in quantized:
-            if name.endswith(".weight"):  # packed: 32 / bits values per uint32
-                total += value.size * (32 // quantized[module].bits) * 4
-            continue  # scales and biases vanish
+        leaf = name.rsplit(".", 1)[-1]
+        if module in quantized and leaf in ("weight", "scales", "biases"):
+            if leaf == "weight":  # packed: 32 / bits values per uint32, 4 bytes each
+                total += value.size * 32 * 4 // quantized[module].bits
+            continue  # scales and biases vanish (a layer's own `bias` stays)
         total += value.size * 4 if value.dtype in HALF_TYPES else value.nbytes
     return total
 

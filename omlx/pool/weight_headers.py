@@ -58,10 +58,10 @@ def dequantized_bytes(path: Path, files: list[Path]) -> int | None:
     total = 0
     for name, dtype, n in sizes:
         module, _, leaf = name.rpartition(".")
-        if module in packed:
+        if module in packed and leaf in ("weight", "scales", "biases"):
             if leaf == "weight":
                 total += n * 32 // _bits(quant, module)
-            continue  # scales and biases go
+            continue  # scales and biases go (a layer's own `bias` stays)
         total += 2 * n if dtype in HALF_DTYPES else n
     return total
 

@@ -180,3 +180,21 @@ def test_a_quantized_model_that_fits_is_dequantized(q4_dir: Path) -> None:
         dense.weight_bytes * LOAD_OVERHEAD
     )
     assert estimate_model_bytes(q4_dir) < estimate_model_bytes(q4_dir, cpu_float32="auto")
+
+
+@pytest.mark.parametrize("bits", [3, 4, 6, 8])
+def test_the_dequantized_size_is_exact_for_any_width(bits: int, tmp_path: Path) -> None:
+    """What the loader plans and what the pool reads from the files before the load both
+    equal what dequantizing holds (a layer's own bias kept, scales and biases gone)."""
+    from omlx.platform.cpu_precision import dequantize_layers, float32_bytes
+    from omlx.pool.weight_headers import dequantized_bytes
+
+    model = nn.Sequential(nn.Linear(64, 96, bias=False), nn.Linear(96, 64))
+    nn.quantize(model, group_size=32, bits=bits)
+    files = [tmp_path / "model.safetensors"]
+    mx.save_safetensors(str(files[0]), dict(tree_flatten(model.parameters())))
+    (tmp_path / "config.json").write_text(json.dumps({"quantization": {"bits": bits}}))
+    expected = float32_bytes(model, dequantize=True)
+    assert dequantized_bytes(tmp_path, files) == expected
+    assert dequantize_layers(model) == 2
+    assert expected == sum(v.nbytes for _, v in tree_flatten(model.parameters()))
