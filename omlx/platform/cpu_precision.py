@@ -48,16 +48,6 @@ def _own_half_arrays(module: Any) -> dict[str, mx.array]:
     }
 
 
-def upcast_cost(model: Any) -> tuple[int, int]:
-    """(bytes of the model's parameters now, bytes that casting to float32 adds)."""
-    total = added = 0
-    for _, value in tree_flatten(model.parameters()):
-        total += value.nbytes
-        if value.dtype in HALF_TYPES:
-            added += value.nbytes  # float32 takes twice a half-precision value's bytes
-    return total, added
-
-
 def upcast_half_parameters(model: Any) -> int:
     """Cast every float16/bfloat16 parameter of `model` to float32; the bytes added.
 
@@ -118,23 +108,16 @@ def float32_plan(
     float32 model does."""
     if setting == "off" or (device or mx.default_device()).type != mx.cpu:
         return False, False
-    total, added = upcast_cost(model)
+    has_half = any(v.dtype in HALF_TYPES for _, v in tree_flatten(model.parameters()))
     dequantize = bool(_quantized_modules(model)) and float32_fits(
-        0, float32_bytes(model, dequantize=True), ram_bytes
+        float32_bytes(model, dequantize=True), ram_bytes
     )
-    cast = bool(added) and (setting == "on" or dequantize or float32_fits(total, added, ram_bytes))
+    cast = has_half and (
+        setting == "on"
+        or dequantize
+        or float32_fits(float32_bytes(model, dequantize=False), ram_bytes)
+    )
     return cast, dequantize
-
-
-def wants_float32(
-    setting: Literal["auto", "off", "on"],
-    model: Any,
-    *,
-    device: mx.Device | None = None,
-    ram_bytes: int | None = None,
-) -> bool:
-    """Whether `model` would be changed at all (cast or dequantized) on this device."""
-    return any(float32_plan(setting, model, device=device, ram_bytes=ram_bytes))
 
 
 def dequantize_layers(model: Any) -> int:

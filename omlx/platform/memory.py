@@ -17,7 +17,7 @@ def system_memory_bytes() -> int:
         return 16 * 1024**3  # an unknown platform: assume a modest machine
 
 
-def float32_fits(total_bytes: int, added_bytes: int, ram_bytes: int | None = None) -> bool:
-    """Whether a model of `total_bytes` that casting grows by `added_bytes` may be cast."""
+def float32_fits(float32_bytes: int, ram_bytes: int | None = None) -> bool:
+    """Whether a model that takes `float32_bytes` once cast (or dequantized) may be."""
     ram = system_memory_bytes() if ram_bytes is None else ram_bytes
-    return total_bytes + added_bytes <= AUTO_FLOAT32_SHARE * ram
+    return float32_bytes <= AUTO_FLOAT32_SHARE * ram

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from omlx.models.types import weight_files
-from omlx.pool.policy import parse_memory_budget, system_memory_bytes
+from omlx.platform.memory import system_memory_bytes
+from omlx.pool.policy import parse_memory_budget
 from omlx.pool.weight_headers import planned_bytes
 from omlx.settings import ModelSettings
 

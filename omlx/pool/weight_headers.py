@@ -77,9 +77,9 @@ def planned_bytes(path: Path, files: list[Path], size: int, setting: str) -> int
     if setting == "off":
         return size
     dense = dequantized_bytes(path, files)
-    if dense is not None and float32_fits(0, dense):
+    if dense is not None and float32_fits(dense):
         return dense
     half = half_precision_bytes(files)
-    if half and (setting == "on" or float32_fits(size, half)):
+    if half and (setting == "on" or float32_fits(size + half)):
         return size + half
     return size

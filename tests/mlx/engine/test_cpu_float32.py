@@ -13,7 +13,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from omlx.engine.loading import load_text_model
 from omlx.engine.mlx_backend import MLXBackend
-from omlx.platform.cpu_precision import upcast_cost, wants_float32
+from omlx.platform.cpu_precision import float32_bytes, float32_plan
 from omlx.settings import EngineSettings
 
 PROMPT = mx.array([[5, 9, 14, 3, 27, 8, 11]])
@@ -114,21 +114,25 @@ def test_a_quantized_model_too_big_to_dequantize_keeps_its_packed_weights(
     _same_picks(logits, kept.model(PROMPT))
 
 
+def _param_bytes(model: nn.Module) -> int:
+    return sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+
+
 def test_auto_casts_only_what_fits_a_quarter_of_the_ram(bf16_dir: Path) -> None:
     model = load_text_model("tiny", bf16_dir, cpu_float32="off").model
-    total, added = upcast_cost(model)
-    assert added == total  # every parameter is bfloat16
-    assert wants_float32("auto", model, ram_bytes=4 * (total + added))
-    assert not wants_float32("auto", model, ram_bytes=4 * (total + added) - 1)
-    assert wants_float32("on", model, ram_bytes=1)
-    assert not wants_float32("off", model, ram_bytes=1 << 40)
-    assert not wants_float32("on", model, device=mx.Device(mx.gpu))  # CPU only
+    cast = float32_bytes(model, dequantize=False)
+    assert cast == 2 * _param_bytes(model)  # every parameter is bfloat16
+    assert float32_plan("auto", model, ram_bytes=4 * cast) == (True, False)
+    assert float32_plan("auto", model, ram_bytes=4 * cast - 1) == (False, False)
+    assert float32_plan("on", model, ram_bytes=1) == (True, False)
+    assert float32_plan("off", model, ram_bytes=1 << 40) == (False, False)
+    assert float32_plan("on", model, device=mx.Device(mx.gpu)) == (False, False)  # CPU only
 
 
 def test_a_float32_model_is_left_alone(tiny_llama_dir: Path) -> None:
     model = load_text_model("tiny", tiny_llama_dir, cpu_float32="off").model
-    assert upcast_cost(model)[1] == 0
-    assert not wants_float32("on", model)
+    assert float32_bytes(model, dequantize=False) == _param_bytes(model)
+    assert float32_plan("on", model) == (False, False)
 
 
 @pytest.mark.parametrize(("value", "expect"), [("auto", mx.float32), ("off", mx.bfloat16)])
@@ -157,8 +161,8 @@ def test_arrays_kept_in_a_list_are_cast_too() -> None:
 
     model = Mixer()
     model.set_dtype(mx.bfloat16)
-    total, added = upcast_cost(model)
-    assert upcast_half_parameters(model) == added == total
+    total = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+    assert upcast_half_parameters(model) == total  # each bfloat16 value grows by its size
     assert set(_dtypes(model).values()) == {mx.float32}
 
 
