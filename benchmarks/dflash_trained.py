@@ -96,6 +96,12 @@ def main() -> None:
         help="the target's q/k/v and gate/up as one matmul each, as `omlx serve` loads "
         "it on CUDA (engine.fused_projections)",
     )
+    ap.add_argument(
+        "--row-gemv",
+        action="store_true",
+        help="the target's and the draft's small linears compute a few rows as one batched "
+        "gemv (omlx/mlx_lm_compat/row_gemv.py): on CUDA, no cuBLASLt capture per matmul",
+    )
     ap.add_argument("--out", default=None, help="append JSON lines here")
     args = ap.parse_args()
     from omlx.platform.blas import reexec_with_blas
@@ -116,6 +122,11 @@ def main() -> None:
 
         fuse_projections(model)
     draft = make_draft(model, args.draft)  # in the target's dtype
+    if args.row_gemv:
+        from omlx.mlx_lm_compat.row_gemv import use_row_gemv
+
+        use_row_gemv(model)
+        use_row_gemv(draft)
     records = select(read_prompt_file(), split="heldout")
     categories = args.categories.split(",")
     prompts = {
@@ -128,6 +139,7 @@ def main() -> None:
         "model": model_dir.name,
         "model_dtype": str(model.model.embed_tokens.weight.dtype),
         "fused_projections": args.fused_projections,
+        "row_gemv": args.row_gemv,
         "draft": str(args.draft),
         "max_tokens": args.max_tokens,
         "device": str(mx.default_device()),

@@ -1,0 +1,115 @@
+"""A forward pass of a few rows, plain against row-gemv linears (omlx/mlx_lm_compat/row_gemv.py).
+
+    python -m benchmarks.row_gemv_probe [--model DIR] [--rows 1,2,4,8,16,32]
+        [--context 300] [--reps 30] [--dtypes float32,bfloat16] [--out FILE]
+
+The default model's shape (or a model folder's, with --model) with random weights, a KV
+cache of --context tokens, then forward passes of R new tokens (a DFlash verify is 16):
+each timed to the end of its evaluation, the median of --reps, with the linears as
+loaded and swapped. On CUDA the question is whether the host's cuBLASLt captures per
+matmul, not the GPU, bound the pass: swapped, a 16-row pass should cost about what a
+one-row pass does. Also reports the largest difference of the logits between the two.
+One JSON line per dtype, rows and layout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+SMOLLM2 = {
+    "model_type": "llama",
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "head_dim": 64,
+    "rms_norm_eps": 1e-5,
+    "vocab_size": 49152,
+    "rope_theta": 100000,
+    "tie_word_embeddings": True,
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=None, help="a model folder: its config.json's shape")
+    ap.add_argument("--rows", default="1,2,4,8,16,32")
+    ap.add_argument("--context", type=int, default=300)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    from omlx.platform.blas import reexec_with_blas
+
+    reexec_with_blas()
+    import mlx.core as mx
+    from mlx.utils import tree_map
+    from mlx_lm.models import llama
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from omlx.mlx_lm_compat.row_gemv import use_row_gemv
+
+    config = SMOLLM2
+    if args.model:
+        config = json.loads((Path(args.model) / "config.json").read_text())
+    rows_list = [int(r) for r in args.rows.split(",")]
+    out = open(args.out, "a") if args.out else None  # noqa: SIM115
+    for dtype_name in args.dtypes.split(","):
+        dtype = getattr(mx, dtype_name)
+        mx.random.seed(0)
+        model = llama.Model(llama.ModelArgs.from_dict(config))
+        model.update(tree_map(lambda p, d=dtype: p.astype(d), model.parameters()))
+        mx.eval(model.parameters())
+        prompt = mx.random.randint(0, config["vocab_size"], (1, args.context))
+        logits_by_layout: dict[tuple[str, int], mx.array] = {}
+        for layout in ("as_loaded", "row_gemv"):
+            swapped = use_row_gemv(model) if layout == "row_gemv" else 0
+            for rows in rows_list:
+                cache = make_prompt_cache(model)
+                mx.eval(model(prompt, cache=cache))
+                vocab = config["vocab_size"]
+                tokens = mx.random.randint(0, vocab, (1, rows), key=mx.random.key(rows))
+                times = []
+                for i in range(args.reps + 3):
+                    for c in cache:  # the same context length every pass
+                        c.offset = args.context
+                    t0 = time.perf_counter()
+                    logits = model(tokens, cache=cache)
+                    mx.eval(logits)
+                    if i >= 3:
+                        times.append(time.perf_counter() - t0)
+                logits_by_layout[(layout, rows)] = logits
+                diff = None
+                if layout == "row_gemv":
+                    ref = logits_by_layout[("as_loaded", rows)]
+                    diff = mx.abs(logits.astype(mx.float32) - ref.astype(mx.float32)).max().item()
+                line = {
+                    "bench": "row_gemv_probe",
+                    "dtype": dtype_name,
+                    "layout": layout,
+                    "swapped": swapped,
+                    "rows": rows,
+                    "context": args.context,
+                    "ms": round(statistics.median(times) * 1e3, 3),
+                    "ms_min": round(min(times) * 1e3, 3),
+                    "max_logit_diff": diff,
+                    "device": str(mx.default_device()),
+                    "machine": platform.machine(),
+                    "command": " ".join(sys.argv),
+                }
+                print(json.dumps(line), flush=True)
+                if out:
+                    out.write(json.dumps(line) + "\n")
+    if out:
+        out.close()
+
+
+if __name__ == "__main__":
+    main()

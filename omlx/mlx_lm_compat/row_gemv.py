@@ -1,0 +1,80 @@
+"""Matmuls of a few rows as one batched matrix-vector product, on CUDA.
+
+MLX's CUDA backend runs a one-row matmul with its own gemv kernel, a plain node of the
+step's CUDA graph, and every matmul of more rows as a cuBLASLt call that it records by
+stream capture into a child graph: a host cost of tens of microseconds per matmul, which
+bounds the step of a small model (a 16-token DFlash verify of SmolLM2 costs two plain
+steps, almost all of it host time). A linear layer here computes its 2..`max_rows` rows
+as that many vectors instead: the input is viewed as (rows, 1, in) with both inner
+strides 1, which MLX reads as transposed vectors and so does not fold back into one
+matrix of `rows` rows, against the weight broadcast over them: one batched gemv kernel.
+Each vector reads the whole weight, so this pays only where the weight stays in the
+GPU's L2 cache between them (`max_weight_bytes`): small models, not an 8B's matrices.
+Above `max_rows`, and on one row, the layer is nn.Linear as it was.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_unflatten
+
+from omlx.platform.weight_layout import submodule
+
+# A DFlash block (16) and small decode batches; past this the batched gemv's reads of
+# the weight from L2 outgrow one cuBLASLt call.
+DEFAULT_MAX_ROWS = 16
+# Below the L2 cache of an H100 / H200 (50 MB) with room for the activations.
+DEFAULT_MAX_WEIGHT_BYTES = 24 << 20
+
+
+class RowGemvLinear(nn.Linear):
+    """nn.Linear (same parameters) whose matmuls of 2..max_rows rows are a batched gemv."""
+
+    def __init__(self, linear: nn.Linear, max_rows: int = DEFAULT_MAX_ROWS) -> None:
+        nn.Module.__init__(self)
+        self.weight = linear.weight
+        if "bias" in linear:
+            self.bias = linear.bias
+        self.max_rows = max_rows
+
+    def _extra_repr(self) -> str:
+        return f"{super()._extra_repr()}, max_rows={self.max_rows}"
+
+    def __call__(self, x: mx.array) -> mx.array:
+        # The one-row decode step passes here hundreds of times a step on a host-bound
+        # GPU: nn.Linear's own work, inlined, and nothing else on that path.
+        rows = x.size // x.shape[-1]
+        if rows == 1 or rows > self.max_rows:
+            if "bias" in self:
+                return mx.addmm(self["bias"], x, self["weight"].T)
+            return x @ self["weight"].T
+        vectors = mx.swapaxes(x.reshape(rows, -1, 1), 1, 2)  # strides (in, 1, 1)
+        y = mx.matmul(vectors, self["weight"].T[None]).reshape(*x.shape[:-1], -1)
+        if "bias" in self:
+            y = y + self["bias"]
+        return y
+
+
+def use_row_gemv(
+    model: Any,
+    max_rows: int = DEFAULT_MAX_ROWS,
+    max_weight_bytes: int = DEFAULT_MAX_WEIGHT_BYTES,
+) -> int:
+    """Swap every plain nn.Linear of `model` whose weight fits `max_weight_bytes` for a
+    RowGemvLinear sharing its arrays; how many were swapped. Quantized layers (MLX's own
+    kernels already) and other subclasses are left as they are."""
+    names = [
+        name
+        for name, module in model.named_modules()
+        if type(module) is nn.Linear and module.weight.nbytes <= max_weight_bytes
+    ]
+    for name in names:
+        swapped = RowGemvLinear(submodule(model, name), max_rows)
+        model.update_modules(tree_unflatten([(name, swapped)]))
+    return len(names)
+
+
+__all__ = ["DEFAULT_MAX_ROWS", "RowGemvLinear", "use_row_gemv"]
