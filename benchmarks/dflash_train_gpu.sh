@@ -51,7 +51,11 @@ budget=$(( deadline - elapsed - 60 ))
 (( budget > ${TRAIN_MAX_S:-300} )) && budget=${TRAIN_MAX_S:-300}
 echo "data done after $elapsed s; training for $budget s"
 
+# --wall-budget is the hard stop: the time budget counts training steps only, and run 5's
+# evaluations and loading took ~140 s beyond it, past the device call's limit.
+wall=$(( deadline - $(date +%s) + start - 20 ))
 omlx draft train "${common[@]}" --data-budget 0 --time-budget "$budget" --steps 1000000 \
+    --wall-budget "$wall" \
     --batch-size 32 --anchors 32 --lr 8e-4 --warmup 0.04 --block-size 16 \
     --eval-every 200 --checkpoint-every 2000 --save-dtype bfloat16 --shard-mb 15 --json \
     --cache-context ${INIT_FROM:+--init-from "$INIT_FROM"} \

@@ -65,6 +65,7 @@ _omlx() {
         "omlx draft train --target-layers") COMPREPLY=(); return ;;
         "omlx draft train --steps") COMPREPLY=(); return ;;
         "omlx draft train --time-budget") COMPREPLY=(); return ;;
+        "omlx draft train --wall-budget") COMPREPLY=(); return ;;
         "omlx draft train --batch-size") COMPREPLY=(); return ;;
         "omlx draft train --anchors") COMPREPLY=(); return ;;
         "omlx draft train --lr") COMPREPLY=(); return ;;
@@ -111,7 +112,7 @@ _omlx() {
         "omlx cache inspect") opts="--model -m --json --help -h"; subs="" ;;
         "omlx cache clear") opts="--model -m --tier --help -h"; subs="" ;;
         "omlx draft") opts="--help -h"; subs="train" ;;
-        "omlx draft train") opts="--target --out --prompts --max-prompts --max-new-tokens --sampled --sample-temperature --gen-batch --gen-join --data-dir --data-budget --layers --intermediate-size --heads --block-size --target-layers --steps --time-budget --batch-size --anchors --lr --warmup --weight-decay --dtype --save-dtype --shard-mb --eval-every --eval-sequences --vocab-coverage --vocab-loss --full-vocab-loss --keep-best --keep-last --labels --cache-context --init-from-target --init-from --checkpoint-every --seed --resume --data-only --json --help -h"; subs="" ;;
+        "omlx draft train") opts="--target --out --prompts --max-prompts --max-new-tokens --sampled --sample-temperature --gen-batch --gen-join --data-dir --data-budget --layers --intermediate-size --heads --block-size --target-layers --steps --time-budget --wall-budget --batch-size --anchors --lr --warmup --weight-decay --dtype --save-dtype --shard-mb --eval-every --eval-sequences --vocab-coverage --vocab-loss --full-vocab-loss --keep-best --keep-last --labels --cache-context --init-from-target --init-from --checkpoint-every --seed --resume --data-only --json --help -h"; subs="" ;;
         "omlx config") opts="--help -h"; subs="show set" ;;
         "omlx config show") opts="--json --help -h"; subs="" ;;
         "omlx config set") opts="--help -h"; subs="" ;;

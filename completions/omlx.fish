@@ -110,6 +110,7 @@ complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l block-size -r -F
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l target-layers -r -F -d 'Captured target layers, e.g'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l steps -r -F -d ''
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l time-budget -r -F -d 'Seconds of training; the schedule follows it'
+complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l wall-budget -r -F -d 'Hard stop: seconds from the command'\''s start (loading, data, evaluations included); past it training ends early, then evaluates and saves as usual'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l batch-size -r -F -d 'Sequences per step'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l anchors -r -F -d 'Draft blocks per sequence'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l lr -r -F -d ''

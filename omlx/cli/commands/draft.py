@@ -86,6 +86,13 @@ def train(
     time_budget: float | None = typer.Option(
         None, "--time-budget", min=1.0, help="Seconds of training; the schedule follows it."
     ),
+    wall_budget: float | None = typer.Option(
+        None,
+        "--wall-budget",
+        min=1.0,
+        help="Hard stop: seconds from the command's start (loading, data, evaluations "
+        "included); past it training ends early, then evaluates and saves as usual.",
+    ),
     batch_size: int = typer.Option(16, "--batch-size", min=1, help="Sequences per step."),
     anchors: int = typer.Option(32, "--anchors", min=1, help="Draft blocks per sequence."),
     lr: float = typer.Option(6e-4, "--lr", min=0.0),
@@ -202,6 +209,7 @@ def train(
             training=TrainConfig(
                 steps=steps,
                 time_budget_s=time_budget,
+                wall_budget_s=wall_budget,
                 batch_size=batch_size,
                 anchors_per_seq=anchors,
                 lr=lr,

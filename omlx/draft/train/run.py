@@ -53,6 +53,7 @@ def train_draft(
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Train a DFlash draft for the model folder `target_path` into `out`."""
+    command_started = time.perf_counter()  # training.wall_budget_s counts from here
     from omlx.mlx_lm_compat import load
     from omlx.platform.blas_threads import process_governor
 
@@ -127,7 +128,14 @@ def train_draft(
         rope_from_target=training.init_from_target,
     )
     trainer = Trainer(
-        model, draft_cfg, train_samples, eval_samples, training, out, on_event=on_event
+        model,
+        draft_cfg,
+        train_samples,
+        eval_samples,
+        training,
+        out,
+        on_event=on_event,
+        deadline_from=command_started,
     )
     resumed = trainer.resume() if resume else False
     write_recipe(

@@ -63,7 +63,12 @@ Event = Callable[[dict[str, Any]], None]
 @dataclass(slots=True)
 class TrainConfig:
     steps: int | None = 2000
-    time_budget_s: float | None = None
+    time_budget_s: float | None = None  # seconds of training steps; the schedule follows it
+    # A hard stop: seconds of wall time from `deadline_from` (the command's start, by
+    # default the run's), evaluations and checkpoints included. Past it the run ends as
+    # if done (last evaluation, save), its schedule cut short, not stretched: for a
+    # device lent by the call, where a step-time budget alone overran its deadline.
+    wall_budget_s: float | None = None
     batch_size: int = 16  # sequences per step
     anchors_per_seq: int = 32  # draft blocks per sequence per step
     max_seq_len: int = 1024
@@ -109,6 +114,8 @@ class TrainConfig:
                 raise InvalidRequest(f"{name} must be one of {sorted(DTYPES)}")
         if not 0.0 < self.vocab_coverage <= 1.0:
             raise InvalidRequest("the draft vocabulary's coverage must be in (0, 1]")
+        if self.wall_budget_s is not None and self.wall_budget_s <= 0:
+            raise InvalidRequest("the wall-clock budget must be positive")
         if self.batch_size < 1 or self.anchors_per_seq < 1:
             raise InvalidRequest("batch size and anchors per sequence must be at least 1")
         if self.labels not in LABELS:
@@ -175,6 +182,7 @@ class Trainer:
         out: Path,
         *,
         on_event: Event | None = None,
+        deadline_from: float | None = None,
     ) -> None:
         cfg.check()
         if not train_samples:
@@ -191,6 +199,7 @@ class Trainer:
         self.train_samples = list(train_samples)
         self.eval_samples = list(eval_samples)
         self.on_event = on_event or (lambda _e: None)
+        self._deadline_from = deadline_from  # time.perf_counter() at the command's start
         mx.random.seed(cfg.seed)
         self.draft = DFlashDraftModel(draft_cfg)
         self.draft.set_dtype(DTYPES[cfg.dtype])
@@ -431,14 +440,25 @@ class Trainer:
             f.write(json.dumps(record) + "\n")
         self.on_event(record)
 
+    def _past_deadline(self, started: float) -> bool:
+        if self.cfg.wall_budget_s is None:
+            return False
+        since = self._deadline_from if self._deadline_from is not None else started
+        return time.perf_counter() - since >= self.cfg.wall_budget_s
+
     def run(self) -> dict[str, Any]:
         self.out.mkdir(parents=True, exist_ok=True)
         cfg, st = self.cfg, self.state
+        run_started = time.perf_counter()
+        cut = False
         if st.step == 0:
             (self.out / LOG_FILE).unlink(missing_ok=True)
             self._record({"kind": "eval", "step": 0, "elapsed_s": 0.0, **self.evaluate()})
         window: list[tuple[float, float]] = []
         while self.progress() < 1.0:
+            if self._past_deadline(run_started):
+                cut = True
+                break
             started = time.perf_counter()
             batch = self._batch(self._next_samples(), self.rng)
             loss, tau = self.train_step(batch)
@@ -489,6 +509,8 @@ class Trainer:
             "out": str(self.out),
             "steps": st.step,
             "train_s": round(st.elapsed_s, 2),
+            # The wall budget ended the run before its schedule did.
+            "stopped_by": "wall_budget" if cut else "schedule",
             "train_samples": len(self.train_samples),
             "eval_samples": len(self.eval_samples),
             "final": final,

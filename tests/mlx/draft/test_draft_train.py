@@ -298,3 +298,22 @@ def test_join_rows_names_the_data_only_when_set():
     assert cache_key("t", [[1, 2]], base) != cache_key(
         "t", [[1, 2]], GenerationSettings(join_rows=8)
     )
+
+
+def test_a_wall_budget_ends_the_run_early_and_still_saves(distilled, tmp_path):
+    """--wall-budget: a run whose schedule would take far longer stops once its wall time
+    is spent, then evaluates and saves a loadable draft, and says why it stopped."""
+    target, _, samples = distilled
+    out = tmp_path / "draft"
+    result = _trainer(target, samples, out, steps=1_000_000, wall_budget_s=1.5).run()
+    assert result["stopped_by"] == "wall_budget"
+    assert 0 < result["steps"] < 1_000_000
+    assert result["final"]["step"] == result["steps"]
+    assert load_draft(out).config.block_size == BLOCK
+    done = _trainer(target, samples, tmp_path / "full", steps=3, wall_budget_s=600).run()
+    assert done["stopped_by"] == "schedule" and done["steps"] == 3
+
+
+def test_a_wall_budget_must_be_positive():
+    with pytest.raises(InvalidRequest, match="wall-clock budget"):
+        TrainConfig(wall_budget_s=0).check()
