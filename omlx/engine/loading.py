@@ -36,11 +36,13 @@ def load_text_model(
     *,
     fuse_projections: bool = False,
     cpu_float32: Literal["auto", "off", "on"] = "off",
+    row_gemv: Literal["off", "small_models", "on"] = "off",
 ) -> LoadedModel:
     """mlx_lm.load plus what the engine needs: EOS ids (config and generation_config),
     the sampling defaults (generation_config), the context window and the vocabulary size.
     `fuse_projections`: sibling projections as one matmul (engine.fused_projections);
-    `cpu_float32`: half-precision parameters cast to float32 on a CPU (engine.cpu_float32)."""
+    `cpu_float32`: half-precision parameters cast to float32 on a CPU (engine.cpu_float32);
+    `row_gemv`: a few rows as one batched gemv (engine.row_gemv, resolved for the device)."""
     from omlx.mlx_lm_compat import load, warn_if_unchecked
 
     warn_if_unchecked()
@@ -53,6 +55,11 @@ def load_text_model(
         from omlx.mlx_lm_compat.fused_projections import fuse_projections as fuse
 
         log.debug("model %s: %d projection groups fused", name, fuse(model))
+    if row_gemv != "off":  # after fusing (the fused linears too), before the CPU layout
+        from omlx.mlx_lm_compat.row_gemv import use_row_gemv
+
+        swapped = use_row_gemv(model, all_or_none=row_gemv == "small_models")
+        log.debug("model %s: %d linears compute a few rows as one gemv", name, swapped)
     if wants_input_major():
         swapped = use_input_major_linears(model)
         log.debug("model %s: %d linears stored input-major", name, swapped)

@@ -37,9 +37,13 @@ class MLXBackend:
         self.settings = settings
 
     def load(self, name: str, path: Path) -> LoadedModel:
-        fuse = self.settings.fuses_projections(cuda=on_cuda())
+        cuda = on_cuda()
         return load_text_model(
-            name, path, fuse_projections=fuse, cpu_float32=self.settings.cpu_float32
+            name,
+            path,
+            fuse_projections=self.settings.fuses_projections(cuda=cuda),
+            cpu_float32=self.settings.cpu_float32,
+            row_gemv=self.settings.row_gemv_mode(cuda=cuda),
         )
 
     def new_generator(self, loaded: LoadedModel) -> FusedJoinBatchGenerator:

@@ -62,19 +62,27 @@ def use_row_gemv(
     model: Any,
     max_rows: int = DEFAULT_MAX_ROWS,
     max_weight_bytes: int = DEFAULT_MAX_WEIGHT_BYTES,
+    *,
+    all_or_none: bool = False,
 ) -> int:
     """Swap every plain nn.Linear of `model` whose weight fits `max_weight_bytes` for a
     RowGemvLinear sharing its arrays; how many were swapped. Quantized layers (MLX's own
-    kernels already) and other subclasses are left as they are."""
-    names = [
-        name
-        for name, module in model.named_modules()
-        if type(module) is nn.Linear and module.weight.nbytes <= max_weight_bytes
-    ]
+    kernels already) and other subclasses are left as they are. `all_or_none`: swap
+    nothing unless every plain linear fits (engine.row_gemv auto: measured on small
+    models, where they all do)."""
+    linears = [(n, m) for n, m in model.named_modules() if type(m) is nn.Linear]
+    names = [n for n, m in linears if m.weight.nbytes <= max_weight_bytes]
+    if all_or_none and len(names) != len(linears):
+        return 0
     for name in names:
         swapped = RowGemvLinear(submodule(model, name), max_rows)
         model.update_modules(tree_unflatten([(name, swapped)]))
     return len(names)
 
 
-__all__ = ["DEFAULT_MAX_ROWS", "RowGemvLinear", "use_row_gemv"]
+def uses_row_gemv(model: Any) -> bool:
+    """Whether any linear of `model` was swapped (a DFlash draft then follows its target)."""
+    return any(isinstance(m, RowGemvLinear) for _, m in model.named_modules())
+
+
+__all__ = ["DEFAULT_MAX_ROWS", "RowGemvLinear", "use_row_gemv", "uses_row_gemv"]
