@@ -23,8 +23,8 @@ from mlx.utils import tree_unflatten
 
 from omlx.platform.weight_layout import submodule
 
-# A DFlash block (16) and small decode batches; past this the batched gemv's reads of
-# the weight from L2 outgrow one cuBLASLt call.
+# A DFlash block (16) and small decode batches: measured up to 16 rows (row_gemv_probe);
+# each row reads the weight again, so many rows would trade the capture for L2 traffic.
 DEFAULT_MAX_ROWS = 16
 # Below the L2 cache of an H100 / H200 (50 MB) with room for the activations.
 DEFAULT_MAX_WEIGHT_BYTES = 24 << 20

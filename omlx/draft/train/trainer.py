@@ -440,23 +440,18 @@ class Trainer:
             f.write(json.dumps(record) + "\n")
         self.on_event(record)
 
-    def _past_deadline(self, started: float) -> bool:
-        if self.cfg.wall_budget_s is None:
-            return False
-        since = self._deadline_from if self._deadline_from is not None else started
-        return time.perf_counter() - since >= self.cfg.wall_budget_s
-
     def run(self) -> dict[str, Any]:
         self.out.mkdir(parents=True, exist_ok=True)
         cfg, st = self.cfg, self.state
-        run_started = time.perf_counter()
+        since = self._deadline_from if self._deadline_from is not None else time.perf_counter()
+        deadline = None if cfg.wall_budget_s is None else since + cfg.wall_budget_s
         cut = False
         if st.step == 0:
             (self.out / LOG_FILE).unlink(missing_ok=True)
             self._record({"kind": "eval", "step": 0, "elapsed_s": 0.0, **self.evaluate()})
         window: list[tuple[float, float]] = []
         while self.progress() < 1.0:
-            if self._past_deadline(run_started):
+            if deadline is not None and time.perf_counter() >= deadline:
                 cut = True
                 break
             started = time.perf_counter()
