@@ -47,7 +47,7 @@ class RowGemvLinear(nn.Linear):
         # The one-row decode step passes here hundreds of times a step on a host-bound
         # GPU: nn.Linear's own work, inlined, and nothing else on that path.
         rows = x.size // x.shape[-1]
-        if rows == 1 or rows > self.max_rows:
+        if rows <= 1 or rows > self.max_rows:  # 0 rows: an empty input, as nn.Linear
             if "bias" in self:
                 return mx.addmm(self["bias"], x, self["weight"].T)
             return x @ self["weight"].T

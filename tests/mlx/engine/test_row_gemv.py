@@ -33,7 +33,9 @@ PROMPT = [3, 17, 42, 99, 5, 128, 7, 64]
 
 
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("shape", [(1, 48), (2, 48), (1, 5, 48), (3, 4, 48), (1, 16, 48)])
+@pytest.mark.parametrize(
+    "shape", [(1, 48), (2, 48), (1, 5, 48), (3, 4, 48), (1, 16, 48), (1, 0, 48)]
+)
 def test_a_row_gemv_linear_computes_what_nn_linear_does(shape, bias) -> None:
     linear = nn.Linear(48, 40, bias=bias)
     swapped = RowGemvLinear(linear)
