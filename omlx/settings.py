@@ -155,8 +155,8 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
             "the GPU's L2 cache: on CUDA no cuBLASLt graph capture per matmul (SmolLM2's "
             "16-row pass 16-22% faster on an H100), and those rows get the one-row kernel's "
             "numbers, so a DFlash verify matches plain decoding exactly; auto = on on an "
-            "NVIDIA GPU for models whose every linear fits (on = any that fits; slower on a "
-            "CPU); see omlx/mlx_lm_compat/row_gemv.py"
+            "NVIDIA GPU for models whose every linear but the head fits (on = any that "
+            "fits; slower on a CPU); see omlx/mlx_lm_compat/row_gemv.py"
         ),
     ] = "auto"
 

@@ -28,6 +28,7 @@ from omlx.platform.weight_layout import submodule
 DEFAULT_MAX_ROWS = 16
 # Below the L2 cache of an H100 / H200 (50 MB) with room for the activations.
 DEFAULT_MAX_WEIGHT_BYTES = 24 << 20
+HEAD = "lm_head"  # mlx-lm's name for an untied output projection
 
 
 class RowGemvLinear(nn.Linear):
@@ -69,10 +70,12 @@ def use_row_gemv(
     RowGemvLinear sharing its arrays; how many were swapped. Quantized layers (MLX's own
     kernels already) and other subclasses are left as they are. `all_or_none`: swap
     nothing unless every plain linear fits (engine.row_gemv auto: measured on small
-    models, where they all do)."""
+    models, where they all do), the output head aside: an untied head is as large as the
+    embedding in any model, one matmul a pass, and stays as it is when it does not fit."""
     linears = [(n, m) for n, m in model.named_modules() if type(m) is nn.Linear]
     names = [n for n, m in linears if m.weight.nbytes <= max_weight_bytes]
-    if all_or_none and len(names) != len(linears):
+    too_large = {n for n, _ in linears} - set(names)
+    if all_or_none and any(n.rpartition(".")[2] != HEAD for n in too_large):
         return 0
     for name in names:
         swapped = RowGemvLinear(submodule(model, name), max_rows)

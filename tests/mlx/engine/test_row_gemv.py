@@ -86,6 +86,21 @@ def test_only_plain_linears_that_fit_are_swapped() -> None:
     assert use_row_gemv(other, max_weight_bytes=sizes[-1], all_or_none=True) > 0
 
 
+def test_an_untied_head_too_large_does_not_keep_the_layers_from_swapping() -> None:
+    model = build_tiny_in_memory("gemma3", seed=2)  # untied lm_head, a 262k vocabulary
+    layer_bytes = max(
+        m.weight.nbytes for n, m in model.named_modules() if type(m) is nn.Linear and n != "lm_head"
+    )
+    assert model.lm_head.weight.nbytes > layer_bytes
+    swapped = use_row_gemv(model, max_weight_bytes=layer_bytes, all_or_none=True)
+    assert swapped > 0 and type(model.lm_head) is nn.Linear  # the head as it was
+    assert all(
+        type(m) is RowGemvLinear
+        for n, m in model.named_modules()
+        if n != "lm_head" and isinstance(m, nn.Linear)
+    )
+
+
 @pytest.mark.parametrize("pipelined", [False, True], ids=["sequential", "pipelined"])
 def test_dflash_over_row_gemv_target_and_draft_emits_plain_greedy(pipelined: bool) -> None:
     plain = plain_generate(build_target("qwen3"), PROMPT, DFlashParams(max_tokens=48)).tokens
