@@ -99,8 +99,9 @@ def main() -> None:
     ap.add_argument(
         "--row-gemv",
         action="store_true",
-        help="the target's and the draft's small linears compute a few rows as one batched "
-        "gemv (omlx/mlx_lm_compat/row_gemv.py): on CUDA, no cuBLASLt capture per matmul",
+        help="the target's and the draft's small linears and few-query attention compute a "
+        "few rows as batched gemvs (omlx/mlx_lm_compat/row_gemv.py, row_attention.py): on "
+        "CUDA, no cuBLASLt capture per matmul",
     )
     ap.add_argument("--out", default=None, help="append JSON lines here")
     args = ap.parse_args()

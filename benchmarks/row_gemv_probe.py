@@ -1,7 +1,9 @@
-"""A forward pass of a few rows, plain against row-gemv linears (omlx/mlx_lm_compat/row_gemv.py).
+"""A forward pass of a few rows, plain against row-gemv linears and row attention
+(omlx/mlx_lm_compat/row_gemv.py, row_attention.py).
 
     python -m benchmarks.row_gemv_probe [--model DIR] [--rows 1,2,4,8,16,32]
-        [--context 300] [--reps 30] [--dtypes float32,bfloat16] [--out FILE]
+        [--context 300] [--reps 30] [--dtypes float32,bfloat16,q4] [--out FILE]
+        [--layouts as_loaded,linears,row_gemv] [--kernels]
 
 The default model's shape (or a model folder's, with --model) with random weights, a KV
 cache of --context tokens, then forward passes of R new tokens (a DFlash verify is 16):
@@ -9,7 +11,14 @@ each timed to the end of its evaluation, the median of --reps, with the linears 
 loaded and swapped. On CUDA the question is whether the host's cuBLASLt captures per
 matmul, not the GPU, bound the pass: swapped, a 16-row pass should cost about what a
 one-row pass does. Also reports the largest difference of the logits between the two.
-One JSON line per dtype, rows and layout.
+Layouts: `as_loaded`; `linears`, the linears swapped; `row_gemv`, the linears and the
+few-query attention (what engine.row_gemv does). dtype `q4`: the linears and embedding
+quantized to 4 bits in groups of 32 with float16 activations, as `omlx serve` keeps the
+default model's Q4_1 blocks on a GPU (no float linear to swap; `row_gemv` is then the
+attention alone). `--kernels`: the device's kernel time and the CUDA API calls per pass
+(PyTorch's profiler, as decode_step_anatomy.py) beside the wall time: captures
+(cudaStreamBeginCapture) are the cuBLASLt / cuDNN calls the layouts remove. One JSON
+line per dtype, rows and layout.
 """
 
 from __future__ import annotations
@@ -44,6 +53,8 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=300)
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--layouts", default="as_loaded,row_gemv")
+    ap.add_argument("--kernels", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     from omlx.platform.blas import reexec_with_blas
@@ -54,41 +65,58 @@ def main() -> None:
     from mlx_lm.models import llama
     from mlx_lm.models.cache import make_prompt_cache
 
-    from omlx.mlx_lm_compat.row_gemv import use_row_gemv
+    from benchmarks.decode_step_anatomy import KernelClock
+    from omlx.mlx_lm_compat.row_attention import restore_all_row_attention
+    from omlx.mlx_lm_compat.row_gemv import RowGemvLinear, use_row_gemv
 
     config = SMOLLM2
     if args.model:
         config = json.loads((Path(args.model) / "config.json").read_text())
     rows_list = [int(r) for r in args.rows.split(",")]
+    layouts = args.layouts.split(",")
     out = open(args.out, "a") if args.out else None  # noqa: SIM115
     for dtype_name in args.dtypes.split(","):
-        dtype = getattr(mx, dtype_name)
+        quantized = dtype_name == "q4"
+        dtype = mx.float16 if quantized else getattr(mx, dtype_name)
         mx.random.seed(0)
         model = llama.Model(llama.ModelArgs.from_dict(config))
         model.update(tree_map(lambda p, d=dtype: p.astype(d), model.parameters()))
+        if quantized:
+            import mlx.nn as nn
+
+            nn.quantize(model, group_size=32, bits=4)
         mx.eval(model.parameters())
+        restore_all_row_attention()
         prompt = mx.random.randint(0, config["vocab_size"], (1, args.context))
         logits_by_layout: dict[tuple[str, int], mx.array] = {}
-        for layout in ("as_loaded", "row_gemv"):
-            swapped = use_row_gemv(model) if layout == "row_gemv" else 0
+        for layout in layouts:
+            if layout == "linears":
+                use_row_gemv(model, attention=False)
+            elif layout == "row_gemv":
+                use_row_gemv(model)
+            swapped = sum(isinstance(m, RowGemvLinear) for _, m in model.named_modules())
             for rows in rows_list:
                 cache = make_prompt_cache(model)
                 mx.eval(model(prompt, cache=cache))
                 vocab = config["vocab_size"]
                 tokens = mx.random.randint(0, vocab, (1, rows), key=mx.random.key(rows))
                 times = []
+                clock = KernelClock(args.kernels)
                 for i in range(args.reps + 3):
                     for c in cache:  # the same context length every pass
                         c.offset = args.context
+                    if i == 3:
+                        clock.start()
                     t0 = time.perf_counter()
                     logits = model(tokens, cache=cache)
                     mx.eval(logits)
                     if i >= 3:
                         times.append(time.perf_counter() - t0)
+                clock.stop()
                 logits_by_layout[(layout, rows)] = logits
                 diff = None
-                if layout == "row_gemv":
-                    ref = logits_by_layout[("as_loaded", rows)]
+                if layout != layouts[0]:
+                    ref = logits_by_layout[(layouts[0], rows)]
                     diff = mx.abs(logits.astype(mx.float32) - ref.astype(mx.float32)).max().item()
                 line = {
                     "bench": "row_gemv_probe",
@@ -100,6 +128,7 @@ def main() -> None:
                     "ms": round(statistics.median(times) * 1e3, 3),
                     "ms_min": round(min(times) * 1e3, 3),
                     "max_logit_diff": diff,
+                    **clock.summary(args.reps),
                     "device": str(mx.default_device()),
                     "machine": platform.machine(),
                     "command": " ".join(sys.argv),

@@ -156,7 +156,9 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
             "16-row pass 16-22% faster on an H100), and those rows get the one-row kernel's "
             "numbers, so a DFlash verify matches plain decoding exactly; auto = on on an "
             "NVIDIA GPU for models whose every linear but the head fits (on = any that "
-            "fits; slower on a CPU); see omlx/mlx_lm_compat/row_gemv.py"
+            "fits; slower on a CPU); the attention of 2-16 queries over a short context "
+            "(keys and values within 8 MB a layer) follows, also for a 4-bit model; see "
+            "omlx/mlx_lm_compat/row_gemv.py and row_attention.py"
         ),
     ] = "auto"
 

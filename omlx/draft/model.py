@@ -21,6 +21,7 @@ from omlx.draft.config import DFlashConfig
 from omlx.draft.vocab import DraftVocab, read_vocab
 from omlx.errors import InvalidRequest
 from omlx.mlx_lm_compat import KVCache, initialize_rope, swiglu
+from omlx.mlx_lm_compat.row_attention import row_attention, takes_rows
 
 
 def _block_attention(
@@ -43,6 +44,9 @@ def _block_attention(
 
 
 class DraftAttention(nn.Module):
+    # Set by use_row_gemv (engine.row_gemv): the block's queries as batched gemvs.
+    row_attention = False
+
     def __init__(self, cfg: DFlashConfig) -> None:
         super().__init__()
         dim, head_dim = cfg.hidden_size, cfg.head_dim
@@ -94,7 +98,10 @@ class DraftAttention(nn.Module):
         block_keys, block_values = self._keys_values(x, position)
         keys = mx.concatenate([ctx_keys, block_keys], axis=2)
         values = mx.concatenate([ctx_values, block_values], axis=2)
-        out = _block_attention(queries, keys, values, self.scale, keep)
+        if self.row_attention and takes_rows(queries, keys, values):
+            out = row_attention(queries, keys, values, self.scale, keep)
+        else:
+            out = _block_attention(queries, keys, values, self.scale, keep)
         return self.o_proj(out.transpose(0, 2, 1, 3).reshape(b, n, -1))
 
 

@@ -21,6 +21,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_unflatten
 
+from omlx.mlx_lm_compat.row_attention import ROW_ATTENTION_FLAG, use_row_attention
 from omlx.platform.weight_layout import submodule
 
 # A DFlash block (16) and small decode batches: measured up to 16 rows (row_gemv_probe);
@@ -29,6 +30,7 @@ DEFAULT_MAX_ROWS = 16
 # Below the L2 cache of an H100 / H200 (50 MB) with room for the activations.
 DEFAULT_MAX_WEIGHT_BYTES = 24 << 20
 HEAD = "lm_head"  # mlx-lm's name for an untied output projection
+_CHOSEN = "_omlx_row_gemv"
 
 
 class RowGemvLinear(nn.Linear):
@@ -65,13 +67,17 @@ def use_row_gemv(
     max_weight_bytes: int = DEFAULT_MAX_WEIGHT_BYTES,
     *,
     all_or_none: bool = False,
+    attention: bool = True,
 ) -> int:
     """Swap every plain nn.Linear of `model` whose weight fits `max_weight_bytes` for a
     RowGemvLinear sharing its arrays; how many were swapped. Quantized layers (MLX's own
     kernels already) and other subclasses are left as they are. `all_or_none`: swap
     nothing unless every plain linear fits (engine.row_gemv auto: measured on small
     models, where they all do), the output head aside: an untied head is as large as the
-    embedding in any model, one matmul a pass, and stays as it is when it does not fit."""
+    embedding in any model, one matmul a pass, and stays as it is when it does not fit.
+    `attention`: the model's few-query attention becomes batched gemvs too
+    (row_attention.py), whether or not any linear was swapped (a quantized model has
+    none to swap, but its attention is a float one)."""
     linears = [(n, m) for n, m in model.named_modules() if type(m) is nn.Linear]
     names = [n for n, m in linears if m.weight.nbytes <= max_weight_bytes]
     too_large = {n for n, _ in linears} - set(names)
@@ -80,12 +86,20 @@ def use_row_gemv(
     for name in names:
         swapped = RowGemvLinear(submodule(model, name), max_rows)
         model.update_modules(tree_unflatten([(name, swapped)]))
+    if attention:
+        use_row_attention(model)
+        for _, module in model.named_modules():
+            if hasattr(module, ROW_ATTENTION_FLAG):  # modules with their own attention
+                setattr(module, ROW_ATTENTION_FLAG, True)
+    object.__setattr__(model, _CHOSEN, True)
     return len(names)
 
 
 def uses_row_gemv(model: Any) -> bool:
-    """Whether any linear of `model` was swapped (a DFlash draft then follows its target)."""
-    return any(isinstance(m, RowGemvLinear) for _, m in model.named_modules())
+    """Whether `use_row_gemv` chose `model` (a DFlash draft then follows its target)."""
+    return getattr(model, _CHOSEN, False) or any(
+        isinstance(m, RowGemvLinear) for _, m in model.named_modules()
+    )
 
 
 __all__ = ["DEFAULT_MAX_ROWS", "RowGemvLinear", "use_row_gemv", "uses_row_gemv"]

@@ -1,0 +1,168 @@
+"""Attention of a few queries as batched matrix-vector products, on CUDA.
+
+The attention twin of row_gemv.py. MLX 0.32's CUDA backend has a fused kernel only for
+one query per row; a pass of 2..16 queries (a DFlash verify or draft block, a short
+prefill chunk) takes the composed fallback, whose `q @ k^T` and `probs @ v` are
+matmuls of several rows: cuBLASLt calls that MLX records by stream capture into a child
+graph, two per layer, a host cost of tens of microseconds each on a host-bound step.
+Here every query is its own vector: viewed as (rows, 1, d) with both inner strides 1
+(which MLX does not fold back into a matrix) against its head's keys broadcast over the
+queries, so both products are MLX's own batched gemv kernel, plain graph nodes. Every
+query re-reads its head's keys and values, which pays only while they stay in the GPU's
+L2 cache (`max_kv_bytes`): short contexts and small models.
+
+Same math as MLX's fallback (scale, mask, precise softmax), not the same rounding order.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+import mlx.core as mx
+
+_PATCHED = "_omlx_row_attention"
+# A module with attention of its own (the DFlash draft's) declares this attribute, False;
+# use_row_gemv sets it True and the module then calls row_attention itself.
+ROW_ATTENTION_FLAG = "row_attention"
+DEFAULT_MAX_ROWS = 16  # a DFlash block
+# Keys and values of one layer, both: well inside an H100 / H200's 50 MB of L2.
+DEFAULT_MAX_KV_BYTES = 8 << 20
+
+
+def _as_vectors(x: mx.array) -> mx.array:
+    """(..., n) -> (..., 1, n) with strides (n, 1, 1): transposed vectors to MLX."""
+    return mx.swapaxes(mx.expand_dims(x, -1), -1, -2)
+
+
+_recent = threading.local()  # the last causal mask: every layer of a pass shares it
+
+
+def _causal_keep(rows: int, length: int) -> mx.array:
+    key = (rows, length)
+    if getattr(_recent, "key", None) != key:
+        last = (length - rows) + mx.arange(rows)
+        _recent.keep = (mx.arange(length)[None] <= last[:, None]).reshape(rows, 1, length)
+        _recent.key = key
+    return _recent.keep
+
+
+def _mask_rows(mask: Any, scores: mx.array, heads: int, group: int) -> mx.array:
+    """`scores` (B, kv, g, R, 1, S) masked: "causal" (aligned to the keys' end, as MLX's
+    fast attention aligns it) or an array broadcastable to (B, H, R, S), boolean (True =
+    attend) or additive."""
+    rows, length = scores.shape[3], scores.shape[-1]
+    if isinstance(mask, str):
+        if mask != "causal":
+            raise ValueError(f"unsupported attention mask {mask!r}")
+        return mx.where(_causal_keep(rows, length), scores, mx.array(-mx.inf, scores.dtype))
+    m = mask
+    while m.ndim < 4:
+        m = m[None]
+    mb, mh, mr, ms = m.shape
+    if mh == heads and heads != 1:
+        m = m.reshape(mb, heads // group, group, mr, 1, ms)
+    else:
+        m = m.reshape(mb, 1, 1, mr, 1, ms)
+    if m.dtype == mx.bool_:
+        return mx.where(m, scores, mx.array(-mx.inf, scores.dtype))
+    return scores + m.astype(scores.dtype)
+
+
+def row_attention(
+    queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: Any = None
+) -> mx.array:
+    """queries (B, H, R, d); keys, values (B, kv, S, d); mask None, "causal" or an array
+    broadcastable to (B, H, R, S). Returns (B, H, R, d)."""
+    b, heads, rows, d = queries.shape
+    kv_heads = keys.shape[1]
+    group = heads // kv_heads
+    q = (queries * scale).reshape(b, kv_heads, group, rows, d)
+    keys_t = mx.expand_dims(mx.swapaxes(keys, -1, -2), (2, 3))  # (B, kv, 1, 1, d, S)
+    scores = _as_vectors(q) @ keys_t  # (B, kv, g, R, 1, S)
+    if mask is not None:
+        scores = _mask_rows(mask, scores, heads, group)
+    probs = mx.softmax(scores, axis=-1, precise=True).squeeze(-2)
+    out = _as_vectors(probs) @ mx.expand_dims(values, (2, 3))  # (B, kv, g, R, 1, d)
+    return out.reshape(b, heads, rows, values.shape[-1])
+
+
+def takes_rows(
+    queries: mx.array,
+    keys: mx.array,
+    values: mx.array,
+    max_rows: int = DEFAULT_MAX_ROWS,
+    max_kv_bytes: int = DEFAULT_MAX_KV_BYTES,
+) -> bool:
+    """Whether `row_attention` is the cheaper path for this call's shapes."""
+    return 2 <= queries.shape[2] <= max_rows and keys.nbytes + values.nbytes <= max_kv_bytes
+
+
+def _rows_first(original: Any) -> Any:
+    def attention(
+        queries: mx.array,
+        keys: mx.array,
+        values: mx.array,
+        cache: Any,
+        scale: float,
+        mask: Any,
+        sinks: mx.array | None = None,
+    ) -> mx.array:
+        if (
+            sinks is None
+            and not hasattr(cache, "bits")  # quantized caches have their own kernel
+            and isinstance(keys, mx.array)
+            and takes_rows(queries, keys, values)
+        ):
+            return row_attention(queries, keys, values, scale, mask)
+        return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
+
+    setattr(attention, _PATCHED, original)
+    return attention
+
+
+def use_row_attention(model: Any) -> int:
+    """Route the few-query attention of `model`'s layers through `row_attention`.
+
+    Patches the mlx-lm modules its layers come from (every model of those architectures
+    in the process: the shape guard keeps long contexts and large heads on MLX's own
+    path); idempotent. Returns how many modules were patched now.
+    """
+    patched = 0
+    for _, module in model.named_modules():
+        source = sys.modules.get(type(module).__module__)
+        fn = getattr(source, "scaled_dot_product_attention", None)
+        if fn is None or hasattr(fn, _PATCHED):
+            continue
+        source.scaled_dot_product_attention = _rows_first(fn)  # type: ignore[union-attr]
+        patched += 1
+    return patched
+
+
+def restore_row_attention(model: Any) -> None:
+    """Undo `use_row_attention` for the modules of `model`'s layers."""
+    for _, module in model.named_modules():
+        source = sys.modules.get(type(module).__module__)
+        fn = getattr(source, "scaled_dot_product_attention", None)
+        if fn is not None and hasattr(fn, _PATCHED):
+            source.scaled_dot_product_attention = getattr(fn, _PATCHED)  # type: ignore[union-attr]
+
+
+def restore_all_row_attention() -> None:
+    """Undo `use_row_attention` in every loaded module (tests)."""
+    for source in list(sys.modules.values()):
+        fn = getattr(source, "scaled_dot_product_attention", None)
+        if fn is not None and hasattr(fn, _PATCHED):
+            source.scaled_dot_product_attention = getattr(fn, _PATCHED)
+
+
+__all__ = [
+    "DEFAULT_MAX_KV_BYTES",
+    "ROW_ATTENTION_FLAG",
+    "restore_all_row_attention",
+    "restore_row_attention",
+    "row_attention",
+    "takes_rows",
+    "use_row_attention",
+]
