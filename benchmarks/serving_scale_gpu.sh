@@ -13,7 +13,8 @@
 # `engine.fused_projections = "off"` (label "unfused") and fused with folded attention
 # at 64 and 128 (label "fused-folded"), then the bare generator again. ORDER=quantized:
 # the shape with 4-bit weights, the bare generator then the defaults over HTTP (labels
-# "q4-bare", "q4"), after an untimed warm-up. Where nvidia-smi exists, its plain report (the card, clocks,
+# "q4-bare", "q4"), after an untimed warm-up. ORDER=check: the bare generator, an untimed
+# warm-up, the defaults over HTTP, the bare generator again. Where nvidia-smi exists, its plain report (the card, clocks,
 # power, other processes) goes into the log at the start and again at the end.
 #   benchmarks/serving_scale_gpu.sh TOKENIZER_DIR WORKDIR [BUDGET_S] [LEVELS]
 set -euo pipefail
@@ -85,6 +86,16 @@ elif [ "${ORDER:-}" = quantized ]; then
     python3 benchmarks/serving_scale.py "${common[@]}" "${q4[@]}" --levels "$levels" \
         --paths omlx_http --label q4 --budget-s "$budget"
     gzip -c "$work/trace-http.jsonl" > "$out/http-trace-q4.jsonl.gz" || true
+elif [ "${ORDER:-}" = check ]; then
+    # The done-when in one run: the bare generator, an untimed warm-up of omlx's kernels,
+    # the defaults over HTTP, the bare generator again (its better run counts).
+    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
+        --label bare-before --budget-s "$budget"
+    python3 benchmarks/serving_scale.py "${common[@]}" \
+        --levels 1,64 --paths omlx_http --label warm-up --budget-s "$budget"
+    auto omlx_http
+    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
+        --label bare-after --budget-s "$budget"
 elif [ "${ORDER:-}" = folded ]; then
     auto bare,omlx_http
     OMLX_ENGINE__DECODE_ATTENTION=folded python3 benchmarks/serving_scale.py "${common[@]}" \
