@@ -151,7 +151,9 @@ def restore_row_attention(model: Any) -> None:
 
 def restore_all_row_attention() -> None:
     """Undo `use_row_attention` in every loaded module (tests)."""
-    for source in list(sys.modules.values()):
+    for name, source in list(sys.modules.items()):
+        if not name.startswith("mlx_lm."):  # only mlx-lm's model modules are patched
+            continue
         fn = getattr(source, "scaled_dot_product_attention", None)
         if fn is not None and hasattr(fn, _PATCHED):
             source.scaled_dot_product_attention = getattr(fn, _PATCHED)
