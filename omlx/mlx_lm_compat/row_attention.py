@@ -83,8 +83,19 @@ def row_attention(
     scores = _as_vectors(q) @ keys_t  # (B, kv, g, R, 1, S)
     if mask is not None:
         scores = _mask_rows(mask, scores, heads, group)
-    probs = mx.softmax(scores, axis=-1, precise=True).squeeze(-2)
-    out = _as_vectors(probs) @ mx.expand_dims(values, (2, 3))  # (B, kv, g, R, 1, d)
+    probs = mx.softmax(scores, axis=-1, precise=True).squeeze(-2)  # (B, kv, g, R, S)
+    # MLX's gemv takes a matrix times a vector only with a reduction length that is a
+    # multiple of 32 and a row-major matrix: the values transposed to (d, S) and both
+    # padded with zeros along S (a pad adds nothing to the sums). Otherwise this product
+    # is a cuBLAS call, captured, one a layer (the H200 probe's 31 captures a pass).
+    pad = -probs.shape[-1] % 32
+    values_t = mx.swapaxes(values, -1, -2)  # (B, kv, d, S)
+    if pad:
+        values_t = mx.pad(values_t, [(0, 0), (0, 0), (0, 0), (0, pad)])
+        probs = mx.pad(probs, [(0, 0)] * 4 + [(0, pad)])
+    else:
+        values_t = mx.contiguous(values_t)
+    out = mx.expand_dims(values_t, (2, 3)) @ mx.expand_dims(probs, -1)  # (B, kv, g, R, d, 1)
     return out.reshape(b, heads, rows, values.shape[-1])
 
 

@@ -56,7 +56,8 @@ def _masks(b: int, heads: int, rows: int, length: int):
 
 
 @pytest.mark.parametrize(
-    "shape", [(1, 9, 3, 16, 40, 64), (2, 4, 4, 3, 10, 32), (1, 8, 2, 2, 5, 16)]
+    "shape",
+    [(1, 9, 3, 16, 40, 64), (2, 4, 4, 3, 10, 32), (1, 8, 2, 2, 5, 16), (1, 4, 2, 4, 64, 32)],
 )
 def test_row_attention_computes_what_mlx_attention_does(shape) -> None:
     b, heads, _kv, rows, length, d = shape
