@@ -87,12 +87,14 @@ elif [ "${ORDER:-}" = quantized ]; then
         --paths omlx_http --label q4 --budget-s "$budget"
     gzip -c "$work/trace-http.jsonl" > "$out/http-trace-q4.jsonl.gz" || true
 elif [ "${ORDER:-}" = check ]; then
-    # The done-when in one run: the bare generator, an untimed warm-up of omlx's kernels,
+    # The done-when in one run: the bare generator, an untimed warm-up of omlx's kernels
+    # at every level (the first run's warm-up covered 1 and 64 streams, and its 32-stream
+    # level then held a 2.6 s step when its rows left: a kernel compiled on first use),
     # the defaults over HTTP, the bare generator again (its better run counts).
     python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
         --label bare-before --budget-s "$budget"
     python3 benchmarks/serving_scale.py "${common[@]}" \
-        --levels 1,64 --paths omlx_http --label warm-up --budget-s "$budget"
+        --levels "$levels" --paths omlx_http --label warm-up --budget-s "$budget"
     auto omlx_http
     python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
         --label bare-after --budget-s "$budget"
