@@ -98,7 +98,7 @@ class DraftAttention(nn.Module):
         block_keys, block_values = self._keys_values(x, position)
         keys = mx.concatenate([ctx_keys, block_keys], axis=2)
         values = mx.concatenate([ctx_values, block_values], axis=2)
-        if self.row_attention and takes_rows(queries, keys, values):
+        if self.row_attention and takes_rows(queries, keys, values, keep):
             out = row_attention(queries, keys, values, self.scale, keep)
         else:
             out = _block_attention(queries, keys, values, self.scale, keep)

@@ -1,15 +1,16 @@
 """Attention of a few queries as batched matrix-vector products, on CUDA.
 
 The attention twin of row_gemv.py. MLX 0.32's CUDA backend has a fused kernel only for
-one query per row; a pass of 2..16 queries (a DFlash verify or draft block, a short
-prefill chunk) takes the composed fallback, whose `q @ k^T` and `probs @ v` are
-matmuls of several rows: cuBLASLt calls that MLX records by stream capture into a child
-graph, two per layer, a host cost of tens of microseconds each on a host-bound step.
-Here every query is its own vector: viewed as (rows, 1, d) with both inner strides 1
-(which MLX does not fold back into a matrix) against its head's keys broadcast over the
-queries, so both products are MLX's own batched gemv kernel, plain graph nodes. Every
-query re-reads its head's keys and values, which pays only while they stay in the GPU's
-L2 cache (`max_kv_bytes`): short contexts and small models.
+up to 3 queries without an array mask. A pass of 4..16 queries (a DFlash verify or
+draft block, a short prefill chunk), or a masked one, takes the composed fallback (or
+cuDNN in half precision, whose graph is rebuilt for every new key length), whose
+`q @ k^T` and `probs @ v` are matmuls of several rows: cuBLASLt calls that MLX records by
+stream capture into a child graph, two per layer, a host cost of tens of microseconds
+each on a host-bound step. Here every query is its own vector: viewed as (rows, 1, d)
+with both inner strides 1 (which MLX does not fold back into a matrix) against its head's
+keys broadcast over the queries, so both products are MLX's own batched gemv kernel,
+plain graph nodes. Every query re-reads its head's keys and values, which pays only
+while they stay in the GPU's L2 cache (`max_kv_bytes`): short contexts and small models.
 
 Same math as MLX's fallback (scale, mask, precise softmax), not the same rounding order.
 """
@@ -27,6 +28,9 @@ _PATCHED = "_omlx_row_attention"
 # use_row_gemv sets it True and the module then calls row_attention itself.
 ROW_ATTENTION_FLAG = "row_attention"
 DEFAULT_MAX_ROWS = 16  # a DFlash block
+# MLX 0.32's CUDA attention runs up to 3 queries with no array mask in its fused vector
+# kernel (its sdpa_vector rule): only more, or masked ones, take the composed fallback.
+MIN_FUSED_ROWS = 4
 # Keys and values of one layer, both: well inside an H100 / H200's 50 MB of L2.
 DEFAULT_MAX_KV_BYTES = 8 << 20
 
@@ -103,11 +107,16 @@ def takes_rows(
     queries: mx.array,
     keys: mx.array,
     values: mx.array,
+    mask: Any = None,
     max_rows: int = DEFAULT_MAX_ROWS,
     max_kv_bytes: int = DEFAULT_MAX_KV_BYTES,
 ) -> bool:
-    """Whether `row_attention` is the cheaper path for this call's shapes."""
-    return 2 <= queries.shape[2] <= max_rows and keys.nbytes + values.nbytes <= max_kv_bytes
+    """Whether `row_attention` is the cheaper path for this call's shapes. Under
+    MIN_FUSED_ROWS queries without an array mask MLX's own fused vector kernel runs them
+    (no capture: the H200 probe's 2-row pass had none), so those stay MLX's."""
+    rows = queries.shape[2]
+    fewest = 2 if isinstance(mask, mx.array) else MIN_FUSED_ROWS
+    return fewest <= rows <= max_rows and keys.nbytes + values.nbytes <= max_kv_bytes
 
 
 def _rows_first(original: Any) -> Any:
@@ -124,7 +133,7 @@ def _rows_first(original: Any) -> Any:
             sinks is None
             and not hasattr(cache, "bits")  # quantized caches have their own kernel
             and isinstance(keys, mx.array)
-            and takes_rows(queries, keys, values)
+            and takes_rows(queries, keys, values, mask)
         ):
             return row_attention(queries, keys, values, scale, mask)
         return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)

@@ -81,9 +81,14 @@ def test_the_causal_mask_is_aligned_to_the_keys_end() -> None:
 
 def test_only_a_few_queries_over_short_keys_take_rows() -> None:
     q1, k, v = _qkv(1, 4, 2, 1, 32, 16)
+    q3, _, _ = _qkv(1, 4, 2, 3, 32, 16)
+    q4, _, _ = _qkv(1, 4, 2, 4, 32, 16)
     q16, _, _ = _qkv(1, 4, 2, 16, 32, 16)
     q17, _, _ = _qkv(1, 4, 2, 17, 32, 16)
     assert not takes_rows(q1, k, v)  # one query: MLX's fused vector kernel
+    assert not takes_rows(q3, k, v, "causal")  # up to three unmasked: that kernel too
+    assert takes_rows(q3, k, v, mx.ones((3, 32), dtype=mx.bool_))  # masked: the fallback
+    assert takes_rows(q4, k, v, "causal")
     assert takes_rows(q16, k, v)
     assert not takes_rows(q17, k, v)  # a prefill
     assert not takes_rows(q16, k, v, max_kv_bytes=k.nbytes)  # a long context
