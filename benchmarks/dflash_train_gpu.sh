@@ -23,6 +23,10 @@
 # generation ran at ~100 ms a step); like GEN_BATCH it names new data when not 1.
 # INIT_FROM (a trained draft's folder, e.g. the last session's, carried along) starts
 # training from its weights (`--init-from`) instead of random ones.
+# EXTRA_DATA (space-separated finished data files of the same target, each with the
+# .meta.json record that writing or reusing data leaves beside it) adds their training
+# replies (`--extra-data`): e.g. the carried replies, while GEN_BATCH / GEN_JOIN write
+# new ones faster into a file of their own.
 # SMOKE_FLAGS (e.g. "--max-prompts 8 --max-new-tokens 8 --batch-size 2") are appended
 # to both commands, for a rehearsal on a CPU; TRAIN_FLAGS to the training command only. The GPU must be free: another process
 # holding its memory makes CUDA graph instantiation fail with out of memory.
@@ -51,6 +55,8 @@ budget=$(( deadline - elapsed - 60 ))
 (( budget > ${TRAIN_MAX_S:-300} )) && budget=${TRAIN_MAX_S:-300}
 echo "data done after $elapsed s; training for $budget s"
 
+extra=()
+for f in ${EXTRA_DATA:-}; do extra+=(--extra-data "$f"); done
 # --wall-budget is the hard stop: the time budget counts training steps only, and run 5's
 # evaluations and loading took ~140 s beyond it, past the device call's limit.
 wall=$(( deadline - $(date +%s) + start - 20 ))
@@ -58,6 +64,6 @@ omlx draft train "${common[@]}" --data-budget 0 --time-budget "$budget" --steps 
     --wall-budget "$wall" \
     --batch-size 32 --anchors 32 --lr 8e-4 --warmup 0.04 --block-size 16 \
     --eval-every 200 --checkpoint-every 2000 --save-dtype bfloat16 --shard-mb 15 --json \
-    --cache-context ${INIT_FROM:+--init-from "$INIT_FROM"} \
+    --cache-context ${INIT_FROM:+--init-from "$INIT_FROM"} "${extra[@]}" \
     "${smoke[@]}" ${TRAIN_FLAGS:-}
 echo "all done after $(( $(date +%s) - start )) s"

@@ -128,6 +128,7 @@ complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l labels -r -F -d 
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l cache-context -d 'Keep each sequence'\''s target states after its first epoch (later epochs skip the target'\''s forward; memory: tokens x hidden x captured layers x 4 bytes)'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l init-from-target -d 'Start the draft'\''s layers from the target'\''s last layers, not random weights'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l init-from -r -F -d 'Continue a trained draft (its folder): its shape and weights, a fresh optimizer and schedule; e.g'
+complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l extra-data -r -F -d 'Also train on this finished data file of the same target (repeatable): replies another run wrote, e.g'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l checkpoint-every -r -F -d ''
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l seed -r -F -d ''
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l resume -d 'Continue from OUT/checkpoint'

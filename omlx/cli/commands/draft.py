@@ -144,6 +144,13 @@ def train(
         help="Continue a trained draft (its folder): its shape and weights, a fresh "
         "optimizer and schedule; e.g. on more data or in another session.",
     ),
+    extra_data: list[Path] = typer.Option(
+        [],
+        "--extra-data",
+        help="Also train on this finished data file of the same target (repeatable): "
+        "replies another run wrote, e.g. with other generation settings; its training "
+        "replies only.",
+    ),
     checkpoint_every: int = typer.Option(500, "--checkpoint-every", min=0),
     seed: int = typer.Option(0, "--seed"),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint."),
@@ -238,6 +245,7 @@ def train(
                 target_layer_ids=_layer_ids(target_layers),
             ),
             data_dir=data_dir,
+            extra_data=extra_data,
             resume=resume,
             data_only=data_only,
             data_budget_s=data_budget,

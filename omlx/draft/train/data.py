@@ -94,6 +94,27 @@ def cache_key(
     return h.hexdigest()[:16]
 
 
+def meta_path(data_file: Path) -> Path:
+    """The record beside a finished data file: which target wrote it, and how."""
+    return data_file.with_name(data_file.name.removesuffix(".jsonl") + ".meta.json")
+
+
+def write_meta(
+    data_file: Path, target_id: str, settings: GenerationSettings, num_prompts: int
+) -> None:
+    """Written when data is finished or found by its name (which hashes the same facts),
+    so another run can take the file as extra data (`--extra-data`) and check its target."""
+    record = {
+        "target_fingerprint": target_id,
+        "generation": asdict(settings),
+        "prompts": num_prompts,
+    }
+    meta = meta_path(data_file)
+    tmp = meta.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, sort_keys=True) + "\n")
+    tmp.replace(meta)  # never a torn record
+
+
 def read_samples(path: Path) -> list[Sample]:
     samples = []
     text = path.read_text()
@@ -258,6 +279,8 @@ def build_dataset(
     prompts = [encode(tokenizer, r) for r in records]
     path = Path(cache_dir) / f"distill-{cache_key(target_id, prompts, settings)}.jsonl"
     if path.is_file():
+        if not meta_path(path).is_file():  # data written before records were
+            write_meta(path, target_id, settings, len(prompts))
         return read_samples(path), path, True
     partial = path.with_suffix(".partial.jsonl")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -315,4 +338,5 @@ def build_dataset(
     if len(samples) < total:
         return samples, partial, False
     partial.replace(path)
+    write_meta(path, target_id, settings, len(prompts))
     return samples, path, False

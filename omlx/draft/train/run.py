@@ -6,7 +6,7 @@ import json
 import platform
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ import mlx.core as mx
 from omlx.draft.capture import TargetAdapter
 from omlx.draft.config import DEFAULT_DRAFT_BLOCK_SIZE
 from omlx.draft.train.data import GenerationSettings, Progress, build_dataset, target_fingerprint
+from omlx.draft.train.extra_data import check_extra_data, extra_train_samples, read_extra_data
 from omlx.draft.train.init_from_draft import start_config, weights_digest
 from omlx.draft.train.prompts import read_prompt_file, select
 from omlx.draft.train.sizing import draft_config
@@ -45,6 +46,7 @@ def train_draft(
     training: TrainConfig | None = None,
     shape: DraftShape | None = None,
     data_dir: str | Path | None = None,
+    extra_data: Sequence[str | Path] = (),
     resume: bool = False,
     data_only: bool = False,
     data_budget_s: float | None = None,
@@ -72,6 +74,8 @@ def train_draft(
     out = Path(out)
     data_dir = Path(data_dir) if data_dir else out / "data"
     records = read_prompt_file(prompts_file)  # bad input fails before the model loads
+    target_id = target_fingerprint(target_path)
+    extra_files = [check_extra_data(p, target_id) for p in extra_data]
     model, tokenizer = load(str(target_path))
     # As `omlx serve` loads it (engine.cpu_float32 auto): on a CPU a half-precision target
     # computes in float32, several times faster, and the draft learns the states it serves.
@@ -91,7 +95,7 @@ def train_draft(
         records,
         generation,
         cache_dir=data_dir,
-        target_id=target_fingerprint(target_path),
+        target_id=target_id,
         time_budget_s=data_budget_s,
         progress=on_progress,
         log=log,
@@ -110,6 +114,8 @@ def train_draft(
     if data_only:
         return {"out": str(out), "data": data}
     train_samples = [s for s in samples if s.split == "train"]
+    extra = extra_train_samples(samples, read_extra_data(extra_files))
+    train_samples += extra
     eval_samples = [s for s in samples if s.split == "heldout" and s.greedy]
     eval_on = "heldout"
     if not eval_samples:  # a user file with no held-out lines: watch the training fit
@@ -142,10 +148,12 @@ def train_draft(
         out,
         {
             "target": str(target_path),
-            "target_fingerprint": target_fingerprint(target_path),
+            "target_fingerprint": target_id,
             "prompts": str(prompts_file) if prompts_file else "shipped",
             "max_prompts": max_prompts,
             "data_file": str(data_file),
+            "extra_data": [str(p) for p in extra_files],
+            "extra_train_samples": len(extra),
             "generation": asdict(generation),
             "training": asdict(training),
             "draft_config": draft_cfg.to_dict(),
@@ -164,7 +172,7 @@ def train_draft(
         **result,
         "draft_vocab": vocab,
         "resumed": resumed,
-        "data": {**data, "eval_on": eval_on},
+        "data": {**data, "eval_on": eval_on, "extra_train_samples": len(extra)},
     }
 
 
