@@ -120,6 +120,10 @@ def takes_rows(
 
 
 def _rows_first(original: Any) -> Any:
+    # Half-precision queries with a "causal" mask (or none) run in cuDNN, one graph node
+    # a layer, which row attention has not been measured against: those stay MLX's. An
+    # array mask (a DFlash verify's bucketed keys, a batch's padding) takes the composed
+    # fallback in any precision, and float32 always does.
     def attention(
         queries: mx.array,
         keys: mx.array,
@@ -133,6 +137,7 @@ def _rows_first(original: Any) -> Any:
             sinks is None
             and not hasattr(cache, "bits")  # quantized caches have their own kernel
             and isinstance(keys, mx.array)
+            and (isinstance(mask, mx.array) or queries.dtype == mx.float32)
             and takes_rows(queries, keys, values, mask)
         ):
             return row_attention(queries, keys, values, scale, mask)

@@ -94,6 +94,21 @@ def test_only_a_few_queries_over_short_keys_take_rows() -> None:
     assert not takes_rows(q16, k, v, max_kv_bytes=k.nbytes)  # a long context
 
 
+def test_half_precision_causal_attention_stays_mlx_s(monkeypatch) -> None:
+    calls = _count_row_calls(monkeypatch)
+    model = build_tiny_in_memory("llama", seed=4)
+    model.set_dtype(mx.float16)
+    use_row_attention(model)
+    cache = make_prompt_cache(model)
+    model(mx.array([[3, 17, 42, 99, 5, 128]]), cache=cache)  # "causal": cuDNN on CUDA
+    assert calls == []
+    from omlx.draft.capture import VerifyKVCache
+
+    verify = [VerifyKVCache() for _ in model.layers]  # array masks: the composed fallback
+    model(mx.array([[3, 17, 42, 99, 5, 128]]), cache=verify)
+    assert calls == [6] * len(model.layers)
+
+
 def _count_row_calls(monkeypatch, where=ra) -> list[int]:
     calls: list[int] = []
     original = ra.row_attention
