@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-# The shipped prompts answered six times (one greedy reply, five sampled: 14,400 replies,
-# 2.54M reply tokens; the fifth sampled pass written on an H200). Its first 12,000 lines
-# are the file of four sampled passes (distill-7ea91c095c2b30ca.jsonl) and its first 9,600
-# the file of three that runs 3-5 trained on (distill-4930c67b8bddc3cf.jsonl):
-# `head -n 12000` / `head -n 9600`.
-DATA = ROOT / "benchmarks/results/data/distill-9988e413d566036e.jsonl.gz"
+# The shipped prompts answered seven times (one greedy reply, six sampled: 16,800
+# replies, 2.95M reply tokens; the fifth sampled pass written on an H200, the others on
+# the 2-core CPU). Its first 14,400 lines are the file of five sampled passes runs 6-7
+# trained on (distill-9988e413d566036e.jsonl), its first 12,000 the file of four
+# (distill-7ea91c095c2b30ca.jsonl) and its first 9,600 the file of three that runs 3-5
+# trained on (distill-4930c67b8bddc3cf.jsonl): `head -n 14400` / `12000` / `9600`.
+DATA = ROOT / "benchmarks/results/data/distill-91a1dd4f6277e425.jsonl.gz"
 
 
 def read_carried(path: Path = DATA) -> list[Any]:
