@@ -17,10 +17,11 @@ row), attention sinks or a quantized cache keep mlx-lm's function.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import mlx.core as mx
+
+from omlx.mlx_lm_compat.attention_patch import patch_attention, restore_attention
 
 _PATCHED = "_omlx_folded_decode"
 
@@ -64,7 +65,6 @@ def _folding(original: Any) -> Any:
             return folded_attention(queries, keys, values, scale, mask)
         return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
 
-    setattr(attention, _PATCHED, original)
     return attention
 
 
@@ -74,24 +74,12 @@ def use_folded_decode_attention(model: Any) -> int:
     Patches the modules its layers come from (so every model of those architectures in
     the process); idempotent. Returns how many modules were patched now.
     """
-    patched = 0
-    for _, module in model.named_modules():
-        source = sys.modules.get(type(module).__module__)
-        fn = getattr(source, "scaled_dot_product_attention", None)
-        if fn is None or hasattr(fn, _PATCHED):
-            continue
-        source.scaled_dot_product_attention = _folding(fn)  # type: ignore[union-attr]
-        patched += 1
-    return patched
+    return patch_attention(model, _folding, _PATCHED)
 
 
 def restore_decode_attention(model: Any) -> None:
     """Undo `use_folded_decode_attention` for the modules of `model`'s layers."""
-    for _, module in model.named_modules():
-        source = sys.modules.get(type(module).__module__)
-        fn = getattr(source, "scaled_dot_product_attention", None)
-        if fn is not None and hasattr(fn, _PATCHED):
-            source.scaled_dot_product_attention = getattr(fn, _PATCHED)  # type: ignore[union-attr]
+    restore_attention(model, _PATCHED)
 
 
 __all__ = ["folded_attention", "restore_decode_attention", "use_folded_decode_attention"]

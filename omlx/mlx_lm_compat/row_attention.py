@@ -17,11 +17,16 @@ Same math as MLX's fallback (scale, mask, precise softmax), not the same roundin
 
 from __future__ import annotations
 
-import sys
 import threading
 from typing import Any
 
 import mlx.core as mx
+
+from omlx.mlx_lm_compat.attention_patch import (
+    patch_attention,
+    restore_attention,
+    restore_attention_everywhere,
+)
 
 _PATCHED = "_omlx_row_attention"
 # A module with attention of its own (the DFlash draft's) declares this attribute, False;
@@ -143,7 +148,6 @@ def _rows_first(original: Any) -> Any:
             return row_attention(queries, keys, values, scale, mask)
         return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
 
-    setattr(attention, _PATCHED, original)
     return attention
 
 
@@ -154,34 +158,17 @@ def use_row_attention(model: Any) -> int:
     in the process: the shape guard keeps long contexts and large heads on MLX's own
     path); idempotent. Returns how many modules were patched now.
     """
-    patched = 0
-    for _, module in model.named_modules():
-        source = sys.modules.get(type(module).__module__)
-        fn = getattr(source, "scaled_dot_product_attention", None)
-        if fn is None or hasattr(fn, _PATCHED):
-            continue
-        source.scaled_dot_product_attention = _rows_first(fn)  # type: ignore[union-attr]
-        patched += 1
-    return patched
+    return patch_attention(model, _rows_first, _PATCHED)
 
 
 def restore_row_attention(model: Any) -> None:
     """Undo `use_row_attention` for the modules of `model`'s layers."""
-    for _, module in model.named_modules():
-        source = sys.modules.get(type(module).__module__)
-        fn = getattr(source, "scaled_dot_product_attention", None)
-        if fn is not None and hasattr(fn, _PATCHED):
-            source.scaled_dot_product_attention = getattr(fn, _PATCHED)  # type: ignore[union-attr]
+    restore_attention(model, _PATCHED)
 
 
 def restore_all_row_attention() -> None:
     """Undo `use_row_attention` in every loaded module (tests)."""
-    for name, source in list(sys.modules.items()):
-        if not name.startswith("mlx_lm."):  # only mlx-lm's model modules are patched
-            continue
-        fn = getattr(source, "scaled_dot_product_attention", None)
-        if fn is not None and hasattr(fn, _PATCHED):
-            source.scaled_dot_product_attention = getattr(fn, _PATCHED)
+    restore_attention_everywhere(_PATCHED)
 
 
 __all__ = [

@@ -174,3 +174,27 @@ def test_a_quantized_target_is_chosen_for_its_attention_and_its_draft_follows() 
     assert path._generator_for(target) is not None and path._draft is not None
     assert uses_row_gemv(path._draft)
     assert all(layer.self_attn.row_attention for layer in path._draft.layers)
+
+
+def test_row_and_folded_patches_stack_and_each_is_found_under_the_other() -> None:
+    from mlx_lm.models import llama
+
+    from omlx.mlx_lm_compat.decode_attention import (
+        restore_decode_attention,
+        use_folded_decode_attention,
+    )
+
+    stock = llama.scaled_dot_product_attention
+    model = build_tiny_in_memory("llama", seed=4)
+    try:
+        assert use_folded_decode_attention(model) == 1
+        assert use_row_attention(model) == 1  # wraps the folded one
+        assert use_folded_decode_attention(model) == 0  # found below the row wrapper
+        assert use_row_attention(model) == 0
+        restore_row_attention(model)
+        assert llama.scaled_dot_product_attention is not stock  # folded still on
+        restore_decode_attention(model)
+        assert llama.scaled_dot_product_attention is stock
+    finally:
+        restore_decode_attention(model)
+        restore_all_row_attention()
