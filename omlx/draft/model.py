@@ -45,7 +45,7 @@ def _block_attention(
 
 class DraftAttention(nn.Module):
     # Set by use_row_gemv (engine.row_gemv): the block's queries as batched gemvs.
-    row_attention = False
+    attends_by_rows = False
 
     def __init__(self, cfg: DFlashConfig) -> None:
         super().__init__()
@@ -98,7 +98,7 @@ class DraftAttention(nn.Module):
         block_keys, block_values = self._keys_values(x, position)
         keys = mx.concatenate([ctx_keys, block_keys], axis=2)
         values = mx.concatenate([ctx_values, block_values], axis=2)
-        if self.row_attention and takes_rows(queries, keys, values, keep):
+        if self.attends_by_rows and takes_rows(queries, keys, values, keep):
             out = row_attention(queries, keys, values, self.scale, keep)
         else:
             out = _block_attention(queries, keys, values, self.scale, keep)

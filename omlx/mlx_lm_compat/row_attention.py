@@ -31,7 +31,7 @@ from omlx.mlx_lm_compat.attention_patch import (
 _PATCHED = "_omlx_row_attention"
 # A module with attention of its own (the DFlash draft's) declares this attribute, False;
 # use_row_gemv sets it True and the module then calls row_attention itself.
-ROW_ATTENTION_FLAG = "row_attention"
+ROW_ATTENTION_FLAG = "attends_by_rows"
 DEFAULT_MAX_ROWS = 16  # a DFlash block
 # MLX 0.32's CUDA attention runs up to 3 queries with no array mask in its fused vector
 # kernel (its sdpa_vector rule): only more, or masked ones, take the composed fallback.

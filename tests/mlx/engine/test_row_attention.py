@@ -153,8 +153,8 @@ def test_the_draft_attends_by_rows_when_chosen_and_computes_the_same(monkeypatch
     plain = random_draft(draft_config_for(target), seed=2)
     rows = random_draft(draft_config_for(target), seed=2)
     use_row_gemv(rows)
-    assert all(layer.self_attn.row_attention for layer in rows.layers)
-    assert not any(layer.self_attn.row_attention for layer in plain.layers)
+    assert all(layer.self_attn.attends_by_rows for layer in rows.layers)
+    assert not any(layer.self_attn.attends_by_rows for layer in plain.layers)
     block = rows.config.block_size
     x = mx.random.normal((1, block, rows.config.hidden_size), key=mx.random.key(1))
     context = mx.random.normal((1, 6, rows.config.hidden_size), key=mx.random.key(2))
@@ -173,7 +173,7 @@ def test_a_quantized_target_is_chosen_for_its_attention_and_its_draft_follows() 
     path = DFlashPath("random")
     assert path._generator_for(target) is not None and path._draft is not None
     assert uses_row_gemv(path._draft)
-    assert all(layer.self_attn.row_attention for layer in path._draft.layers)
+    assert all(layer.self_attn.attends_by_rows for layer in path._draft.layers)
 
 
 def test_row_and_folded_patches_stack_and_each_is_found_under_the_other() -> None:
