@@ -2,9 +2,9 @@
 
 The attention twin of row_gemv.py. MLX 0.32's CUDA backend has a fused kernel only for
 up to 3 queries without an array mask. A pass of 4..16 queries (a DFlash verify or
-draft block, a short prefill chunk), or a masked one, takes the composed fallback (or
-cuDNN in half precision, whose graph is rebuilt for every new key length), whose
-`q @ k^T` and `probs @ v` are matmuls of several rows: cuBLASLt calls that MLX records by
+draft block, a short prefill chunk), or a masked one, takes the composed fallback
+(half-precision queries under a causal mask go to cuDNN instead, and are left there),
+whose `q @ k^T` and `probs @ v` are matmuls of several rows: cuBLASLt calls that MLX records by
 stream capture into a child graph, two per layer, a host cost of tens of microseconds
 each on a host-bound step. Here every query is its own vector: viewed as (rows, 1, d)
 with both inner strides 1 (which MLX does not fold back into a matrix) against its head's
