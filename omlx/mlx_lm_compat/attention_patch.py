@@ -38,15 +38,41 @@ def _patched_by(fn: Any, marker: str) -> bool:
     return False
 
 
-def patch_attention(model: Any, wrap: Callable[[Any], Any], marker: str) -> int:
-    """Replace the attention function of `model`'s modules by `wrap(original)`, once per
-    module and marker; how many modules were patched now."""
+Takes = Callable[[Any, Any, Any, Any], bool]  # (queries, keys, values, mask)
+Computes = Callable[[Any, Any, Any, float, Any], Any]  # (queries, keys, values, scale, mask)
+
+
+def _routing(original: Any, takes: Takes, computes: Computes) -> Any:
+    def attention(
+        queries: Any,
+        keys: Any,
+        values: Any,
+        cache: Any,
+        scale: float,
+        mask: Any,
+        sinks: Any = None,
+    ) -> Any:
+        if (
+            sinks is None
+            and not hasattr(cache, "bits")  # quantized caches have their own kernel
+            and takes(queries, keys, values, mask)
+        ):
+            return computes(queries, keys, values, scale, mask)
+        return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
+
+    return attention
+
+
+def patch_attention(model: Any, takes: Takes, computes: Computes, marker: str) -> int:
+    """Route the attention of `model`'s modules through `computes` for the calls `takes`
+    accepts (never attention sinks or a quantized cache; the rest stays mlx-lm's), once
+    per module and marker; how many modules were patched now."""
     patched = 0
     for source in _sources(model):
         original = getattr(source, NAME)
         if _patched_by(original, marker):
             continue
-        wrapper = wrap(original)
+        wrapper = _routing(original, takes, computes)
         setattr(wrapper, _WRAPPED, original)
         setattr(wrapper, _MARKER, marker)
         setattr(source, NAME, wrapper)

@@ -46,26 +46,8 @@ def folded_attention(
     return (probs @ values).reshape(b, heads, n, d)
 
 
-def _folding(original: Any) -> Any:
-    def attention(
-        queries: mx.array,
-        keys: mx.array,
-        values: mx.array,
-        cache: Any,
-        scale: float,
-        mask: Any,
-        sinks: mx.array | None = None,
-    ) -> mx.array:
-        if (
-            queries.shape[2] == 1
-            and isinstance(mask, mx.array)
-            and sinks is None
-            and not hasattr(cache, "bits")  # quantized caches have their own kernel
-        ):
-            return folded_attention(queries, keys, values, scale, mask)
-        return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
-
-    return attention
+def _takes_folded(queries: mx.array, keys: mx.array, values: mx.array, mask: Any) -> bool:
+    return queries.shape[2] == 1 and isinstance(mask, mx.array)
 
 
 def use_folded_decode_attention(model: Any) -> int:
@@ -74,7 +56,7 @@ def use_folded_decode_attention(model: Any) -> int:
     Patches the modules its layers come from (so every model of those architectures in
     the process); idempotent. Returns how many modules were patched now.
     """
-    return patch_attention(model, _folding, _PATCHED)
+    return patch_attention(model, _takes_folded, folded_attention, _PATCHED)
 
 
 def restore_decode_attention(model: Any) -> None:

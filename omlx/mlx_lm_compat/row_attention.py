@@ -124,31 +124,20 @@ def takes_rows(
     return fewest <= rows <= max_rows and keys.nbytes + values.nbytes <= max_kv_bytes
 
 
-def _rows_first(original: Any) -> Any:
+def _takes_patched(queries: mx.array, keys: mx.array, values: mx.array, mask: Any) -> bool:
     # Half-precision queries with a "causal" mask (or none) run in cuDNN, one graph node
     # a layer, which row attention has not been measured against: those stay MLX's. An
     # array mask (a DFlash verify's bucketed keys, a batch's padding) takes the composed
     # fallback in any precision, and float32 always does.
-    def attention(
-        queries: mx.array,
-        keys: mx.array,
-        values: mx.array,
-        cache: Any,
-        scale: float,
-        mask: Any,
-        sinks: mx.array | None = None,
-    ) -> mx.array:
-        if (
-            sinks is None
-            and not hasattr(cache, "bits")  # quantized caches have their own kernel
-            and isinstance(keys, mx.array)
-            and (isinstance(mask, mx.array) or queries.dtype == mx.float32)
-            and takes_rows(queries, keys, values, mask)
-        ):
-            return row_attention(queries, keys, values, scale, mask)
-        return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
+    return (
+        isinstance(keys, mx.array)
+        and (isinstance(mask, mx.array) or queries.dtype == mx.float32)
+        and takes_rows(queries, keys, values, mask)
+    )
 
-    return attention
+
+def _computes(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: Any):
+    return row_attention(queries, keys, values, scale, mask)  # looked up per call (tests)
 
 
 def use_row_attention(model: Any) -> int:
@@ -158,7 +147,7 @@ def use_row_attention(model: Any) -> int:
     in the process: the shape guard keeps long contexts and large heads on MLX's own
     path); idempotent. Returns how many modules were patched now.
     """
-    return patch_attention(model, _rows_first, _PATCHED)
+    return patch_attention(model, _takes_patched, _computes, _PATCHED)
 
 
 def restore_row_attention(model: Any) -> None:
