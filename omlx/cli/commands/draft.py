@@ -50,7 +50,8 @@ def train(
         None,
         "--prompts",
         help='JSON lines of {"prompt": ...} or {"messages": [...]} '
-        "(default: the shipped chat/code/maths/instructions set).",
+        "(default: the shipped chat/code/maths/instructions set); `more`: 7,200 more "
+        "training prompts of the same kinds, to write data for --extra-data.",
     ),
     max_prompts: int | None = typer.Option(None, "--max-prompts", min=2),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1),

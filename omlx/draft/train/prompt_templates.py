@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 SEED = 20261204
@@ -301,70 +303,131 @@ INSTRUCTION_TEMPLATES = [
 INSTRUCTION_ITEMS = ["backpack", "water bottle", "desk lamp", "notebook", "chair", "jacket"]
 
 
-def _fill(template: str, rng: random.Random) -> str:
+@dataclass(frozen=True, slots=True)
+class Vocabulary:
+    """What a prompt set is filled from: the templates of each category and the lists
+    their fields draw on (shipped: the lists above; prompt_templates_more adds to them)."""
+
+    chat_templates: tuple[str, ...]
+    code_templates: tuple[str, ...]
+    code_explain_templates: tuple[str, ...]
+    code_fix_templates: tuple[str, ...]
+    instruction_templates: tuple[str, ...]
+    topics: tuple[str, ...]
+    audiences: tuple[str, ...]
+    situations: tuple[str, ...]
+    things: tuple[str, ...]
+    code_tasks: tuple[str, ...]
+    languages: tuple[str, ...]
+    code_snippets: tuple[str, ...]
+    buggy_snippets: tuple[str, ...]
+    sentences: tuple[str, ...]
+    recipients: tuple[str, ...]
+    matters: tuple[str, ...]
+    items: tuple[str, ...]
+    maths: Callable[[random.Random], str]
+
+
+SHIPPED = Vocabulary(
+    chat_templates=tuple(CHAT_TEMPLATES),
+    code_templates=tuple(CODE_TEMPLATES),
+    code_explain_templates=tuple(CODE_EXPLAIN_TEMPLATES),
+    code_fix_templates=tuple(CODE_FIX_TEMPLATES),
+    instruction_templates=tuple(INSTRUCTION_TEMPLATES),
+    topics=tuple(TOPICS),
+    audiences=tuple(AUDIENCES),
+    situations=tuple(SITUATIONS),
+    things=tuple(THINGS),
+    code_tasks=tuple(CODE_TASKS),
+    languages=tuple(LANGUAGES),
+    code_snippets=tuple(CODE_SNIPPETS),
+    buggy_snippets=tuple(BUGGY_SNIPPETS),
+    sentences=tuple(SENTENCES),
+    recipients=tuple(RECIPIENTS),
+    matters=tuple(MATTERS),
+    items=tuple(INSTRUCTION_ITEMS),
+    maths=_maths,
+)
+
+
+def _fill(template: str, rng: random.Random, v: Vocabulary) -> str:
+    # Every field is drawn whether the template uses it or not: the shipped file depends
+    # on this exact sequence of random draws.
     return template.format(
-        topic=rng.choice(TOPICS),
-        audience=rng.choice(AUDIENCES),
-        situation=rng.choice(SITUATIONS),
-        thing=rng.choice(THINGS),
-        task=rng.choice(CODE_TASKS),
-        lang=rng.choice(LANGUAGES),
-        snippet=rng.choice(CODE_SNIPPETS),
-        sentence=rng.choice(SENTENCES),
-        recipient=rng.choice(RECIPIENTS),
-        matter=rng.choice(MATTERS),
-        item=rng.choice(INSTRUCTION_ITEMS),
+        topic=rng.choice(v.topics),
+        audience=rng.choice(v.audiences),
+        situation=rng.choice(v.situations),
+        thing=rng.choice(v.things),
+        task=rng.choice(v.code_tasks),
+        lang=rng.choice(v.languages),
+        snippet=rng.choice(v.code_snippets),
+        sentence=rng.choice(v.sentences),
+        recipient=rng.choice(v.recipients),
+        matter=rng.choice(v.matters),
+        item=rng.choice(v.items),
     )
 
 
-def _code(rng: random.Random) -> str:
+def _code(rng: random.Random, v: Vocabulary) -> str:
     roll = rng.random()
     if roll < 0.15:
-        return rng.choice(CODE_EXPLAIN_TEMPLATES).format(snippet=rng.choice(CODE_SNIPPETS))
+        return rng.choice(v.code_explain_templates).format(snippet=rng.choice(v.code_snippets))
     if roll < 0.25:
-        return rng.choice(CODE_FIX_TEMPLATES).format(snippet=rng.choice(BUGGY_SNIPPETS))
-    return _fill(rng.choice(CODE_TEMPLATES), rng)
+        return rng.choice(v.code_fix_templates).format(snippet=rng.choice(v.buggy_snippets))
+    return _fill(rng.choice(v.code_templates), rng, v)
 
 
 COUNTS = {"chat": 700, "code": 600, "maths": 600, "instructions": 500}
 
 
-def build(seed: int = SEED) -> list[dict[str, str]]:
-    """Every prompt once: {"id", "category", "split", "prompt"}."""
+def build(
+    seed: int = SEED,
+    vocab: Vocabulary = SHIPPED,
+    counts: dict[str, int] | None = None,
+    *,
+    exclude: Collection[str] = (),
+    id_prefix: str = "",
+    heldout_every: int | None = HELDOUT_EVERY,
+) -> list[dict[str, str]]:
+    """Every prompt once: {"id", "category", "split", "prompt"}; none of `exclude`, and
+    every `heldout_every`-th of a category held out (None: all are training prompts)."""
     rng = random.Random(seed)
     makers = {
-        "chat": lambda: _fill(rng.choice(CHAT_TEMPLATES), rng),
-        "code": lambda: _code(rng),
-        "maths": lambda: _maths(rng),
-        "instructions": lambda: _fill(rng.choice(INSTRUCTION_TEMPLATES), rng),
+        "chat": lambda: _fill(rng.choice(vocab.chat_templates), rng, vocab),
+        "code": lambda: _code(rng, vocab),
+        "maths": lambda: vocab.maths(rng),
+        "instructions": lambda: _fill(rng.choice(vocab.instruction_templates), rng, vocab),
     }
     records = []
-    for category, count in COUNTS.items():
+    for category, count in (counts or COUNTS).items():
         seen: set[str] = set()
         for _ in range(count * 20):
             if len(seen) == count:
                 break
             prompt = makers[category]()
-            if prompt in seen:
+            if prompt in seen or prompt in exclude:
                 continue
             seen.add(prompt)
             n = len(seen)
-            split = "heldout" if n % HELDOUT_EVERY == 0 else "train"
+            held = heldout_every is not None and n % heldout_every == 0
             records.append(
                 {
-                    "id": f"{category}-{n:04d}",
+                    "id": f"{id_prefix}{category}-{n:04d}",
                     "category": category,
-                    "split": split,
+                    "split": "heldout" if held else "train",
                     "prompt": prompt,
                 }
             )
     return records
 
 
+def write_prompts(path: Path, records: list[dict[str, str]]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    print(f"wrote {len(records)} prompts to {path}")
+
+
 def main() -> None:
-    records = build()
-    PROMPTS_FILE.write_text("".join(json.dumps(r) + "\n" for r in records))
-    print(f"wrote {len(records)} prompts to {PROMPTS_FILE}")
+    write_prompts(PROMPTS_FILE, build())
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Training prompts: the shipped set (prompts.jsonl) or a user's JSON-lines file.
+"""Training prompts: the shipped set (prompts.jsonl), more of its kind (prompts_more.jsonl,
+training prompts only) or a user's JSON-lines file.
 
 A line is `{"prompt": "..."}` or `{"messages": [{"role": ..., "content": ...}, ...]}`
 (a chat whose reply the target writes), with optional "category" and "split"
@@ -18,6 +19,9 @@ from typing import Any
 from omlx.errors import InvalidRequest
 
 SHIPPED_PROMPTS = Path(__file__).with_name("prompts.jsonl")
+MORE_PROMPTS = Path(__file__).with_name("prompts_more.jsonl")
+# Names a prompt source may be given by instead of a path (a file of that name wins).
+NAMED_SETS = {"shipped": SHIPPED_PROMPTS, "more": MORE_PROMPTS}
 SPLITS = ("train", "heldout")
 HELDOUT_EVERY = 12
 
@@ -72,9 +76,18 @@ def _record(raw: Any, line_no: int, source: str) -> PromptRecord:
     )
 
 
+def resolve_prompt_source(path: str | Path | None) -> Path:
+    if path is None:
+        return SHIPPED_PROMPTS
+    if str(path) in NAMED_SETS and not Path(path).is_file():
+        return NAMED_SETS[str(path)]
+    return Path(path)
+
+
 def read_prompt_file(path: str | Path | None = None) -> list[PromptRecord]:
-    """The records of a JSON-lines prompt file; the shipped set when `path` is None."""
-    source = Path(path) if path is not None else SHIPPED_PROMPTS
+    """The records of a JSON-lines prompt file; the shipped set when `path` is None, or a
+    shipped set by its name in NAMED_SETS."""
+    source = resolve_prompt_source(path)
     try:
         lines = source.read_text().splitlines()
     except OSError as exc:
