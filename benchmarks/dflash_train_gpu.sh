@@ -27,6 +27,11 @@
 # .meta.json record that writing or reusing data leaves beside it) adds their training
 # replies (`--extra-data`): e.g. the carried replies, while GEN_BATCH / GEN_JOIN write
 # new ones faster into a file of their own.
+# MORE_DATA_S (default 0: none) then writes greedy replies to the more-prompts set
+# (`--prompts more`: 7,200 new training prompts) for at most that many seconds, at
+# MORE_GEN_BATCH rows (default 256, the CPU's; it names the data) and GEN_JOIN, and
+# trains on them as extra data, finished or not (a partial file carries its record); a
+# later call, or another machine, with the same file in DRAFT_DIR/data goes on with it.
 # SMOKE_FLAGS (e.g. "--max-prompts 8 --max-new-tokens 8 --batch-size 2") are appended
 # to both commands, for a rehearsal on a CPU; TRAIN_FLAGS to the training command only. The GPU must be free: another process
 # holding its memory makes CUDA graph instantiation fail with out of memory.
@@ -50,13 +55,23 @@ common=(--target SmolLM2-135M-Instruct --out "$draft"
 read -r -a smoke <<< "${SMOKE_FLAGS:-}"
 omlx draft train "${common[@]}" --data-only --data-budget "${DATA_MAX_S:-180}" --json \
     "${smoke[@]}" | grep -v '"kind": "data"' || true
+
+extra=()
+for f in ${EXTRA_DATA:-}; do extra+=(--extra-data "$f"); done
+if (( ${MORE_DATA_S:-0} > 0 )); then
+    more=$(omlx draft train --target SmolLM2-135M-Instruct --out "$draft" --prompts more \
+        --max-new-tokens 256 --sampled 0 --gen-batch "${MORE_GEN_BATCH:-256}" \
+        --gen-join "${GEN_JOIN:-1}" --data-only --data-budget "$MORE_DATA_S" --json \
+        "${smoke[@]}" | tail -1)
+    echo "$more"
+    more_file=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["data"]["file"])' "$more")
+    extra+=(--extra-data "$more_file")
+    echo "more data: $more_file"
+fi
 elapsed=$(( $(date +%s) - start ))
 budget=$(( deadline - elapsed - 60 ))
 (( budget > ${TRAIN_MAX_S:-300} )) && budget=${TRAIN_MAX_S:-300}
 echo "data done after $elapsed s; training for $budget s"
-
-extra=()
-for f in ${EXTRA_DATA:-}; do extra+=(--extra-data "$f"); done
 # --wall-budget is the hard stop: the time budget counts training steps only, and run 5's
 # evaluations and loading took ~140 s beyond it, past the device call's limit.
 wall=$(( deadline - $(date +%s) + start - 20 ))

@@ -95,15 +95,16 @@ def cache_key(
 
 
 def meta_path(data_file: Path) -> Path:
-    """The record beside a finished data file: which target wrote it, and how."""
+    """The record beside a data file, finished or partial: which target wrote it, how."""
     return data_file.with_name(data_file.name.removesuffix(".jsonl") + ".meta.json")
 
 
 def write_meta(
     data_file: Path, target_id: str, settings: GenerationSettings, num_prompts: int
 ) -> None:
-    """Written when data is finished or found by its name (which hashes the same facts),
-    so another run can take the file as extra data (`--extra-data`) and check its target."""
+    """Written when data is finished, found by its name (which hashes the same facts) or
+    left partial by its time budget, so another run can take the file as extra data
+    (`--extra-data`) and check its target."""
     record = {
         "target_fingerprint": target_id,
         "generation": asdict(settings),
@@ -115,15 +116,17 @@ def write_meta(
     tmp.replace(meta)  # never a torn record
 
 
-def read_samples(path: Path) -> list[Sample]:
+def read_samples(path: Path, *, repair: bool = True) -> list[Sample]:
+    """The samples of a data file. A partial one may end in a torn line (a run killed
+    mid-append, or one appending now): it is never read; with `repair` (the run that
+    owns the file) it is also cut from the file, so the next append starts a line."""
     samples = []
     text = path.read_text()
     if path.name.endswith(".partial.jsonl") and not text.endswith("\n"):
-        # A run killed mid-append leaves a torn last line: drop it from the file too, so
-        # the next append starts on a line of its own.
         text = text[: text.rfind("\n") + 1]
-        with path.open("r+b") as f:
-            f.truncate(len(text.encode()))
+        if repair:
+            with path.open("r+b") as f:
+                f.truncate(len(text.encode()))
     for line in text.splitlines():
         raw = json.loads(line)
         raw["prompt_ids"] = tuple(raw["prompt_ids"])
@@ -336,7 +339,10 @@ def build_dataset(
         elapsed = time.perf_counter() - start
         log(f"{len(samples)}/{total} replies, {num_tokens} reply tokens, in {elapsed:.1f} s")
     if len(samples) < total:
+        if samples:  # what is done can be another run's extra data already
+            write_meta(partial, target_id, settings, len(prompts))
         return samples, partial, False
     partial.replace(path)
     write_meta(path, target_id, settings, len(prompts))
+    meta_path(partial).unlink(missing_ok=True)
     return samples, path, False

@@ -2,8 +2,10 @@
 
 A data file's name fingerprints the settings it was written with (batch size, joins,
 passes), so data written faster, or in another session, lands in a file of its own;
-this lets a run train on several. Only finished files with a record of their target
-beside them are taken (build_dataset writes it), and only their training replies: the
+this lets a run train on several. Only files with a record of their target beside them
+are taken (build_dataset writes it when data is finished, and for a partial file when
+its time budget stops it: the replies written so far are whole, so a set too large for
+one session trains from the first), and only their training replies: the
 held-out split stays the run's own, and a reply to any of its held-out prompts is
 dropped, as is a greedy reply the run already has (greedy replies are the same whatever
 the batching).
@@ -20,10 +22,8 @@ from omlx.errors import InvalidRequest
 
 
 def check_extra_data(path: str | Path, target_id: str) -> Path:
-    """`path` if it is finished data written by the target `target_id`; else why not."""
+    """`path` if it is data written by the target `target_id`; else why not."""
     path = Path(path)
-    if path.name.endswith(".partial.jsonl"):
-        raise InvalidRequest(f"extra data {path}: unfinished (a .partial file)")
     if not path.is_file():
         raise InvalidRequest(f"extra data {path}: no such file")
     meta = meta_path(path)
@@ -61,7 +61,8 @@ def extra_train_samples(own: Sequence[Sample], extras: Sequence[Sequence[Sample]
 
 
 def read_extra_data(paths: Sequence[Path]) -> list[list[Sample]]:
-    return [read_samples(p) for p in paths]
+    # Never repaired: a partial file may be another run's, being appended to now.
+    return [read_samples(p, repair=False) for p in paths]
 
 
 __all__ = ["check_extra_data", "extra_train_samples", "read_extra_data"]

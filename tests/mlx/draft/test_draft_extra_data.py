@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from omlx.cli.main import app
@@ -81,7 +82,7 @@ def test_extra_data_without_a_record_of_its_target_is_refused(tiny_llama_dir, tm
     for path, expect in (
         (data, "nothing says which target wrote it"),
         (tmp_path / "missing.jsonl", "no such file"),
-        (tmp_path / "distill-0123456789abcdef.partial.jsonl", "unfinished"),
+        (tmp_path / "distill-0123456789abcdef.partial.jsonl", "no such file"),
     ):
         refused = CliRunner().invoke(app, [*args, str(path)])
         said = " ".join(refused.output.split())  # the console wraps long lines
@@ -93,3 +94,24 @@ def test_extra_data_without_a_record_of_its_target_is_refused(tiny_llama_dir, tm
     said = " ".join(refused.output.split())
     assert refused.exit_code != 0 and "written by another target" in said
     assert not (tmp_path / "x").exists()  # refused before anything was written
+
+
+def test_a_partial_file_with_its_record_is_taken_without_its_torn_line(tmp_path) -> None:
+    from omlx.draft.train.data import meta_path
+    from omlx.draft.train.extra_data import check_extra_data, read_extra_data
+    from omlx.errors import InvalidRequest
+
+    partial = tmp_path / "distill-0123456789abcdef.partial.jsonl"
+    whole = json.dumps(
+        {"prompt_id": "more-chat-0001", "category": "chat", "split": "train", "greedy": True,
+         "prompt_ids": [1, 2], "reply_ids": [3, 4]}
+    )  # fmt: skip
+    text = whole + "\n" + whole[:20]  # another run is appending its next reply now
+    partial.write_text(text)
+    with pytest.raises(InvalidRequest, match="nothing says which target"):
+        check_extra_data(partial, "t")
+    meta_path(partial).write_text(json.dumps({"target_fingerprint": "t"}))
+    assert check_extra_data(partial, "t") == partial
+    [samples] = read_extra_data([partial])
+    assert [s.reply_ids for s in samples] == [(3, 4)]
+    assert partial.read_text() == text  # the owner's file is left as it is

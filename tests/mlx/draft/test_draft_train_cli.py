@@ -69,7 +69,7 @@ def test_bad_prompt_file_is_a_clean_error(tiny_llama_dir, tmp_path):
 
 
 def test_generation_stops_on_its_budget_and_resumes(tiny_llama_dir, tmp_path):
-    from omlx.draft.train.data import GenerationSettings, build_dataset
+    from omlx.draft.train.data import GenerationSettings, build_dataset, meta_path
     from omlx.draft.train.prompts import read_prompt_file, select
     from omlx.mlx_lm_compat import load
 
@@ -85,11 +85,14 @@ def test_generation_stops_on_its_budget_and_resumes(tiny_llama_dir, tmp_path):
 
     first, file, cached = build(time_budget_s=1e-9)
     assert len(first) == 2 and file.name.endswith(".partial.jsonl") and not cached
+    partial_meta = meta_path(file)  # what is done can be --extra-data already
+    assert json.loads(partial_meta.read_text())["target_fingerprint"] == "t"
     assert build(time_budget_s=0)[0] == first  # nothing new
     second, _, _ = build(time_budget_s=1e-9)
     assert len(second) == 4 and second[:2] == first
     rest, file, _ = build()
     assert len(rest) == 10 and not file.name.endswith(".partial.jsonl")
+    assert meta_path(file).is_file() and not partial_meta.exists()
     assert [s.greedy for s in rest] == [True] * 5 + [False] * 5
     assert [s.prompt_id for s in rest] == [r.id for r in records] * 2
     again, same, cached = build()
