@@ -126,7 +126,8 @@ def train(
         "reply",
         "--labels",
         help="reply: the replies' own tokens; greedy: the target's argmax, so sampled "
-        "replies add contexts, not their sampled choices.",
+        "replies add contexts, not their sampled choices; soft: greedy, half of each "
+        "label's target the target's distribution over its top 8 tokens.",
     ),
     cache_context: bool = typer.Option(
         False,

@@ -10,6 +10,12 @@ The loss is cross-entropy at every block position k >= 1, weighted by
 w_k = exp(-(k - 1) / gamma): an early miss ends the accepted run, so early positions
 count most (the DFlash paper's weighting).
 
+With soft labels (`soft_relabel`) position k's target is half the target's argmax and
+half its own distribution after the block's prefix, cut to its `SOFT_TOP_K` likeliest
+tokens: a
+draft trained on few prompts overfits hard labels (SmolLM2, runs 6-7), and the rest of
+the target's distribution says which near-misses are near.
+
 With a draft vocabulary (`VocabLoss`), the softmax runs over those tokens only, the
 ones the drafter can ever propose (omlx.draft.vocab): what decoding's argmax chooses
 among, at a fraction of the full head's cost. A label outside it is a position no
@@ -31,6 +37,15 @@ from omlx.draft.train.data import Sample
 from omlx.draft.vocab import RestrictedHead
 
 PAD_MULTIPLE = 32
+# The target's distribution is kept as its top tokens: on SmolLM2's replies the top 8
+# hold nearly all of the mass where it is confident, and 8 x (int32 + float16) a token
+# is what caching it for every training sequence can afford (~150 MB for 3M tokens).
+SOFT_TOP_K = 8
+# The soft target is this share of the target's distribution and the rest its argmax:
+# greedy decoding accepts argmaxes, and where the target is unsure (flat over its top
+# tokens) a target of its distribution alone barely teaches which one (a tiny random
+# target: τ 1.4 where hard labels reach 1.5+).
+SOFT_SHARE = 0.5
 
 
 def default_gamma(block_size: int) -> float:
@@ -50,6 +65,10 @@ class BlockBatch:
     block_ids: mx.array  # [N, K, B] int32: [x_s, MASK, ...]
     labels: mx.array  # [N, K, B-1] int32: x_{s+1..s+B-1}
     valid: mx.array  # [N, K, B-1] float32: 1 where the label lies inside the sequence
+    # Soft labels: the target's top tokens after each label's prefix and their
+    # probabilities (not renormalised), [N, K, B-1, top]; None: hard labels.
+    soft_ids: mx.array | None = None
+    soft_probs: mx.array | None = None
 
     @property
     def num_blocks(self) -> int:
@@ -121,6 +140,57 @@ def target_context_and_greedy(
     return mx.stop_gradient(mx.concatenate(hiddens)), mx.concatenate(picks)
 
 
+def target_context_and_tops(
+    target: TargetAdapter, tokens: mx.array, top: int = SOFT_TOP_K, chunk: int = 8
+) -> tuple[mx.array, mx.array, mx.array, mx.array]:
+    """As target_context_and_greedy, and the target's `top` likeliest next tokens after
+    every position with their probabilities, likeliest first: [N, L, top] each."""
+    hiddens, picks, ids, probs = [], [], [], []
+    for start in range(0, tokens.shape[0], chunk):
+        logits, hidden, _ = target.forward(tokens[start : start + chunk], None)  # type: ignore[arg-type]
+        assert logits is not None
+        logits = logits.astype(mx.float32)
+        picks.append(mx.argmax(logits, axis=-1).astype(mx.int32))
+        best = mx.argpartition(-logits, kth=top - 1, axis=-1)[..., :top]
+        p = mx.take_along_axis(mx.softmax(logits, axis=-1), best, axis=-1)
+        order = mx.argsort(-p, axis=-1)
+        ids.append(mx.take_along_axis(best, order, axis=-1).astype(mx.int32))
+        probs.append(mx.take_along_axis(p, order, axis=-1))
+        hiddens.append(hidden)
+        mx.eval(hidden, picks[-1], ids[-1], probs[-1])  # the chunk's logits are freed here
+    return (
+        mx.stop_gradient(mx.concatenate(hiddens)),
+        mx.concatenate(picks),
+        mx.concatenate(ids),
+        mx.concatenate(probs),
+    )
+
+
+def _at_label_positions(per_position: mx.array, anchors: mx.array, b1: int) -> mx.array:
+    """[N, L, ...] values after each position -> [N, K, B-1, ...] at the labels' prefixes:
+    label k of the block anchored at s is what follows position s + k - 1."""
+    n, k = anchors.shape
+    width = per_position.shape[1]
+    positions = anchors[:, :, None] + mx.arange(b1)[None, None, :]
+    positions = mx.minimum(positions, width - 1).reshape(n, k * b1)
+    rest = per_position.shape[2:]
+    index = positions.reshape(n, k * b1, *([1] * len(rest)))
+    index = mx.broadcast_to(index, (n, k * b1, *rest))
+    return mx.take_along_axis(per_position, index, axis=1).reshape(n, k, b1, *rest)
+
+
+def soft_relabel(
+    batch: BlockBatch, greedy_next: mx.array, top_ids: mx.array, top_probs: mx.array
+) -> BlockBatch:
+    """Greedy labels (greedy_relabel: valid while the reply followed the target), each
+    with the target's top tokens and probabilities after the same prefix."""
+    hard = greedy_relabel(batch, greedy_next)
+    b1 = batch.labels.shape[2]
+    hard.soft_ids = _at_label_positions(top_ids, batch.anchors, b1)
+    hard.soft_probs = _at_label_positions(top_probs, batch.anchors, b1)
+    return hard
+
+
 def greedy_relabel(batch: BlockBatch, greedy_next: mx.array) -> BlockBatch:
     """Block labels from the target's own argmax, kept only while the reply followed it.
 
@@ -133,10 +203,7 @@ def greedy_relabel(batch: BlockBatch, greedy_next: mx.array) -> BlockBatch:
     labels stay as they are, up to the target's numerics.
     """
     n, k, b1 = batch.labels.shape
-    width = greedy_next.shape[1]
-    positions = batch.anchors[:, :, None] + mx.arange(b1)[None, None, :]
-    positions = mx.minimum(positions, width - 1).reshape(n, k * b1)
-    picks = mx.take_along_axis(greedy_next, positions, axis=1).reshape(n, k, b1)
+    picks = _at_label_positions(greedy_next, batch.anchors, b1)
     followed = (batch.labels == picks).astype(mx.float32)
     # Label k needs the reply to have followed the target at positions 1..k-1.
     before = mx.concatenate([mx.ones((n, k, 1)), mx.cumprod(followed, axis=-1)[..., :-1]], axis=-1)
@@ -237,6 +304,9 @@ def block_loss(
         valid = valid * (labels >= 0).astype(valid.dtype)
         labels = mx.maximum(labels, 0)
     picked = mx.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+    if batch.soft_ids is not None:
+        soft = _soft_target_logit(logits, batch.soft_ids, batch.soft_probs, vocab)
+        picked = (1.0 - SOFT_SHARE) * picked + SOFT_SHARE * soft
     ce = mx.logsumexp(logits, axis=-1) - picked
     w = weights[None, :] * valid
     loss = (ce * w).sum() / mx.maximum(w.sum(), 1e-6)
@@ -245,3 +315,20 @@ def block_loss(
     accepted = mx.cumprod(hit, axis=-1).sum(axis=-1)
     tau = 1.0 + accepted.mean()
     return BlockMetrics(loss, mx.stop_gradient(accuracy), mx.stop_gradient(tau))
+
+
+def _soft_target_logit(
+    logits: mx.array, ids: mx.array, probs: mx.array | None, vocab: VocabLoss | None
+) -> mx.array:
+    """sum_i q_i * logit(id_i) over the target's top tokens, q renormalised over those the
+    head has (so logsumexp minus it is the cross-entropy against q): [NK, B-1]."""
+    assert probs is not None
+    nk, b1 = logits.shape[:2]
+    ids = ids.reshape(nk, b1, -1)
+    q = probs.reshape(nk, b1, -1).astype(mx.float32)
+    if vocab is not None:
+        ids = vocab.index[ids]
+        q = q * (ids >= 0).astype(q.dtype)
+        ids = mx.maximum(ids, 0)
+    q = q / mx.maximum(q.sum(axis=-1, keepdims=True), 1e-9)
+    return (mx.take_along_axis(logits, ids, axis=-1) * q).sum(axis=-1)

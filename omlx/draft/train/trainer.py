@@ -45,14 +45,16 @@ from omlx.draft.train.objective import (
     greedy_relabel,
     make_batch,
     position_weights,
+    soft_relabel,
     target_context,
     target_context_and_greedy,
+    target_context_and_tops,
 )
 from omlx.draft.vocab import RestrictedHead, choose_vocab
 from omlx.errors import InvalidRequest
 
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
-LABELS = ("greedy", "reply")
+LABELS = ("greedy", "reply", "soft")
 CHECKPOINT_DIR = "checkpoint"
 LOG_FILE = "train_log.jsonl"
 RECIPE_FILE = "training.json"
@@ -93,6 +95,8 @@ class TrainConfig:
     # "reply": the reply's own tokens; "greedy": the target's argmax, kept while the
     # reply followed it (objective.greedy_relabel: sampled replies then add contexts,
     # not sampled choices). Not yet compared on a real run, so not the default.
+    # "soft": as greedy, each label with the target's top tokens and probabilities as
+    # the loss's target (objective.soft_relabel).
     labels: str = "reply"
     # Keep each training sequence's captured target states after its first epoch, so
     # later epochs skip the target's forward pass. Memory: tokens x hidden x captured
@@ -239,6 +243,8 @@ class Trainer:
         self._loss_and_grad = nn.value_and_grad(self.draft, self._loss)
         self._picked: list[int] = []  # indices of the samples in the last batch
         self._picks: dict[int, np.ndarray] = {}  # sample index -> the target's argmax
+        # sample index -> the target's top tokens and their probabilities (soft labels)
+        self._tops: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._contexts: dict[int, mx.array] = {}  # sample index -> its captured states
 
     # -- data ---------------------------------------------------------------------------
@@ -272,32 +278,54 @@ class Trainer:
         self._picked = picked
         return [self.train_samples[i] for i in picked]
 
-    def _target_outputs(self, batch: BlockBatch) -> tuple[mx.array, mx.array | None]:
-        """The target's captured states for `batch` and, with greedy labels, its argmax
-        after every position ([N, L]). Both depend on the sequence alone, so each is
-        computed in a sequence's first epoch and reused: the argmax always (its
-        full-vocabulary head cost as much as the rest of a step: 4.8 against 8.3 steps/s
-        on the H200, run 4), the states with `cache_context`."""
-        greedy = self.cfg.labels == "greedy"
+    def _target_outputs(self, batch: BlockBatch) -> tuple[mx.array, BlockBatch]:
+        """The target's captured states for `batch`, and the batch relabelled from the
+        target's argmax after every position with greedy labels (with its top tokens,
+        soft ones). Both depend on the sequence alone, so each is computed in a
+        sequence's first epoch and reused: the picks always (the full-vocabulary head
+        cost as much as the rest of a step: 4.8 against 8.3 steps/s on the H200, run 4),
+        the states with `cache_context`."""
+        soft = self.cfg.labels == "soft"
+        picks_needed = self.cfg.labels in ("greedy", "soft")
         rows = self._picked if len(self._picked) == batch.tokens.shape[0] else []
-        have_picks = not greedy or (rows and all(i in self._picks for i in rows))
+        have_picks = not picks_needed or (rows and all(i in self._picks for i in rows))
         cache_states = self.cfg.cache_context and bool(rows)
         width = batch.tokens.shape[1]
+        tops: tuple[mx.array, mx.array] | None = None
         if not have_picks:
-            hidden, greedy_next = target_context_and_greedy(self.adapter, batch.tokens)
+            if soft:
+                hidden, greedy_next, *fresh = target_context_and_tops(self.adapter, batch.tokens)
+                tops = (fresh[0], fresh[1])
+                ids, probs = np.array(fresh[0]), np.array(fresh[1].astype(mx.float16))
+                for row, i in enumerate(rows):
+                    n = self._length(i)
+                    self._tops[i] = (ids[row, :n], probs[row, :n])
+            else:
+                hidden, greedy_next = target_context_and_greedy(self.adapter, batch.tokens)
             picks = np.array(greedy_next)
             for row, i in enumerate(rows):
                 self._picks[i] = picks[row, : self._length(i)]
         else:
-            greedy_next = self._stacked_picks(rows, width) if greedy else None
+            greedy_next = self._stacked_picks(rows, width) if picks_needed else None
+            tops = self._stacked_tops(rows, width) if soft else None
             if cache_states and all(i in self._contexts for i in rows):
-                return self._stacked_contexts(rows, width), greedy_next
+                return self._stacked_contexts(rows, width), self._relabel(batch, greedy_next, tops)
             hidden = target_context(self.adapter, batch.tokens)
         if cache_states:
             kept = [(hidden[row, : self._length(i)] + 0) for row, i in enumerate(rows)]
             mx.eval(kept)  # copies: the batch's padded array is not held
             self._contexts.update(zip(rows, kept, strict=True))
-        return hidden, greedy_next
+        return hidden, self._relabel(batch, greedy_next, tops)
+
+    @staticmethod
+    def _relabel(
+        batch: BlockBatch, greedy_next: mx.array | None, tops: tuple[mx.array, mx.array] | None
+    ) -> BlockBatch:
+        if greedy_next is None:
+            return batch
+        if tops is None:
+            return greedy_relabel(batch, greedy_next)
+        return soft_relabel(batch, greedy_next, *tops)
 
     def _length(self, i: int) -> int:
         sample = self.train_samples[i]
@@ -309,6 +337,16 @@ class Trainer:
             cached = self._picks[i][:width]
             stacked[row, : len(cached)] = cached
         return mx.array(stacked)
+
+    def _stacked_tops(self, rows: list[int], width: int) -> tuple[mx.array, mx.array]:
+        top = next(iter(self._tops.values()))[0].shape[1]
+        ids = np.zeros((len(rows), width, top), np.int32)
+        probs = np.zeros((len(rows), width, top), np.float16)
+        for row, i in enumerate(rows):
+            cached_ids, cached_probs = self._tops[i]
+            ids[row, : len(cached_ids)] = cached_ids[:width]
+            probs[row, : len(cached_probs)] = cached_probs[:width]
+        return mx.array(ids), mx.array(probs.astype(np.float32))
 
     def _stacked_contexts(self, rows: list[int], width: int) -> mx.array:
         """Cached states padded with zeros to the batch's width: a block attends only to
@@ -336,9 +374,7 @@ class Trainer:
     def train_step(self, batch: BlockBatch) -> tuple[float, float]:
         lr = learning_rate(self.cfg, self.progress())
         self.optimizer.learning_rate = mx.array(lr)
-        hidden, greedy_next = self._target_outputs(batch)
-        if greedy_next is not None:
-            batch = greedy_relabel(batch, greedy_next)
+        hidden, batch = self._target_outputs(batch)
         (loss, _acc, tau), grads = self._loss_and_grad(batch, hidden)
         if self.cfg.grad_clip > 0:
             grads, _ = optim.clip_grad_norm(grads, self.cfg.grad_clip)

@@ -78,8 +78,10 @@ def _mean_tau(target, draft, prompts) -> tuple[float, bool]:
 
 # On greedy replies both label kinds are the target's picks (greedy ones recomputed).
 # vocab_loss: the softmax over the draft vocabulary (the replies use few of the 256 ids).
+# soft: greedy labels with the target's top tokens as the loss's target (its hard
+# labels under a draft vocabulary are test_draft_train_objective's).
 @pytest.mark.parametrize(
-    ("labels", "vocab_loss"), [("reply", False), ("greedy", False), ("greedy", True)]
+    ("labels", "vocab_loss"), [("reply", False), ("greedy", False), ("soft", True)]
 )
 def test_training_lowers_loss_and_raises_tau(distilled, tmp_path, labels, vocab_loss):
     target, prompts, samples = distilled
@@ -192,7 +194,7 @@ def test_a_draft_starts_from_one_place():
 
 def test_unknown_labels_are_refused():
     with pytest.raises(InvalidRequest, match="labels"):
-        TrainConfig(labels="soft").check()
+        TrainConfig(labels="teacher").check()
 
 
 def test_greedy_labels_run_the_target_head_once_per_sequence(distilled, tmp_path, monkeypatch):
@@ -213,9 +215,8 @@ def test_greedy_labels_run_the_target_head_once_per_sequence(distilled, tmp_path
     monkeypatch.setattr(trainer_module, "target_context_and_greedy", counted)
     for step in range(9):  # 24 samples in batches of 8: three epochs
         batch = trainer._batch(trainer._next_samples(), trainer.rng)
-        hidden, greedy_next = trainer._target_outputs(batch)
+        hidden, got = trainer._target_outputs(batch)
         _, fresh = target_context_and_greedy(trainer.adapter, batch.tokens)
-        got = greedy_relabel(batch, greedy_next)
         want = greedy_relabel(batch, fresh)
         assert np.array_equal(np.array(got.labels), np.array(want.labels)), step
         assert np.array_equal(np.array(got.valid), np.array(want.valid)), step
@@ -223,17 +224,49 @@ def test_greedy_labels_run_the_target_head_once_per_sequence(distilled, tmp_path
     assert calls == [8, 8, 8]  # the first epoch only
 
 
-@pytest.mark.parametrize("labels", ["reply", "greedy"])
+def test_soft_labels_run_the_target_head_once_per_sequence(distilled, tmp_path, monkeypatch):
+    """The target's top tokens are cached with its picks in a sequence's first epoch;
+    later epochs relabel as a fresh computation does (probabilities kept in float16)."""
+    import omlx.draft.train.trainer as trainer_module
+    from omlx.draft.train.objective import SOFT_TOP_K, soft_relabel
+
+    target, _, samples = distilled
+    trainer = _trainer(target, samples, tmp_path / "d", labels="soft", steps=9)
+    calls = []
+    real = trainer_module.target_context_and_tops
+    monkeypatch.setattr(
+        trainer_module,
+        "target_context_and_tops",
+        lambda adapter, tokens: calls.append(tokens.shape[0]) or real(adapter, tokens),
+    )
+    for step in range(6):  # 24 samples in batches of 8: two epochs
+        batch = trainer._batch(trainer._next_samples(), trainer.rng)
+        _, got = trainer._target_outputs(batch)
+        want = soft_relabel(batch, *real(trainer.adapter, batch.tokens)[1:])
+        assert got.soft_ids.shape == (*batch.labels.shape, SOFT_TOP_K)
+        assert np.array_equal(np.array(got.labels), np.array(want.labels)), step
+        assert np.array_equal(np.array(got.valid), np.array(want.valid)), step
+        valid = np.array(want.valid) > 0
+        assert np.array_equal(np.array(got.soft_ids)[valid], np.array(want.soft_ids)[valid])
+        np.testing.assert_allclose(
+            np.array(got.soft_probs)[valid], np.array(want.soft_probs)[valid], atol=1e-3
+        )
+        loss, _, tau = trainer._loss(got, trainer._target_outputs(batch)[0])
+        assert np.isfinite(loss.item()) and tau.item() >= 1.0
+    assert calls == [8, 8, 8]  # the first epoch only
+
+
+@pytest.mark.parametrize("labels", ["reply", "greedy", "soft"])
 def test_cached_target_states_give_the_same_loss(distilled, tmp_path, monkeypatch, labels):
     """With cache_context the target runs in the first epoch only; the cached states,
     zero-padded to each later batch's width, give the loss a fresh forward gives."""
     import omlx.draft.train.trainer as trainer_module
-    from omlx.draft.train.objective import block_loss, greedy_relabel, target_context
+    from omlx.draft.train.objective import block_loss, target_context
 
     target, _, samples = distilled
     trainer = _trainer(target, samples, tmp_path / "d", labels=labels, cache_context=True)
     forwards = []
-    for name in ("target_context", "target_context_and_greedy"):
+    for name in ("target_context", "target_context_and_greedy", "target_context_and_tops"):
         real = getattr(trainer_module, name)
 
         def counted(adapter, tokens, *args, _real=real, **kwargs):
@@ -243,9 +276,7 @@ def test_cached_target_states_give_the_same_loss(distilled, tmp_path, monkeypatc
         monkeypatch.setattr(trainer_module, name, counted)
     for step in range(6):  # 24 samples in batches of 8: two epochs
         batch = trainer._batch(trainer._next_samples(), trainer.rng)
-        hidden, greedy_next = trainer._target_outputs(batch)
-        if greedy_next is not None:
-            batch = greedy_relabel(batch, greedy_next)
+        hidden, batch = trainer._target_outputs(batch)
         fresh = target_context(trainer.adapter, batch.tokens)
         got = block_loss(trainer.draft, trainer.adapter, batch, hidden, trainer.weights)
         want = block_loss(trainer.draft, trainer.adapter, batch, fresh, trainer.weights)

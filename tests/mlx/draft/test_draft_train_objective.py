@@ -214,3 +214,76 @@ def test_the_vocabulary_loss_is_a_softmax_over_its_tokens_without_outside_labels
             weight += weights[j]
     assert weight > 0
     np.testing.assert_allclose(float(got.loss.item()), total / weight, rtol=1e-4)
+
+
+def _with_soft(batch, ids: np.ndarray, probs: np.ndarray):
+    from omlx.draft.train.objective import BlockBatch
+
+    return BlockBatch(
+        batch.tokens, batch.anchors, batch.block_ids, batch.labels, batch.valid,
+        soft_ids=mx.array(ids.astype(np.int32)), soft_probs=mx.array(probs.astype(np.float32)),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("restricted", [False, True])
+def test_soft_labels_all_on_the_label_are_the_hard_loss(restricted):
+    draft, adapter, batch, hidden, w = _loss_case()
+    labels = np.array(batch.labels)
+    vocab = None
+    if restricted:  # the hard labels under a draft vocabulary, some left out
+        valid = np.array(batch.valid).astype(bool)
+        left_out = set(sorted(set(labels[valid].tolist()))[:3])
+        vocab = VocabLoss.build(
+            adapter, [t for t in range(adapter.vocab_size) if t not in left_out]
+        )
+    hard = block_loss(draft, adapter, batch, hidden, w, vocab)
+    # The label first with all the mass, then other tokens with none.
+    ids = np.stack([labels, (labels + 1) % VOCAB, (labels + 2) % VOCAB], axis=-1)
+    probs = np.zeros(ids.shape)
+    probs[..., 0] = 1.0
+    soft = block_loss(draft, adapter, _with_soft(batch, ids, probs), hidden, w, vocab)
+    np.testing.assert_allclose(float(soft.loss.item()), float(hard.loss.item()), rtol=1e-5)
+    assert float(soft.tau.item()) == pytest.approx(float(hard.tau.item()))
+
+
+def test_soft_labels_are_the_cross_entropy_against_the_target_top_tokens():
+    from omlx.draft.train.objective import SOFT_SHARE
+
+    draft, adapter, batch, hidden, w = _loss_case()
+    labels = np.array(batch.labels)
+    ids = np.stack([labels, (labels + 7) % VOCAB], axis=-1)
+    probs = np.stack([np.full(labels.shape, 0.6), np.full(labels.shape, 0.2)], axis=-1)
+    got = block_loss(draft, adapter, _with_soft(batch, ids, probs), hidden, w)
+    emb = adapter.embed(batch.block_ids)
+    out = block_hidden(draft, emb, hidden, batch.anchors)
+    logits = np.array(adapter.lm_head(out[:, 1:]).astype(mx.float32)).astype(np.float64)
+    n, k, b1 = labels.shape
+    logits = logits.reshape(n, k, b1, -1)
+    lse = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
+    q = probs / probs.sum(-1, keepdims=True)  # renormalised over the kept tokens: 3/4, 1/4
+    soft = (np.take_along_axis(logits, ids, axis=-1) * q).sum(-1)
+    hard = np.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+    ce = lse - (SOFT_SHARE * soft + (1 - SOFT_SHARE) * hard)  # half the argmax, half q
+    weights = np.array(w)[None, None, :] * np.array(batch.valid)
+    np.testing.assert_allclose(
+        float(got.loss.item()), (ce * weights).sum() / weights.sum(), rtol=1e-4
+    )
+
+
+def test_the_target_top_tokens_come_likeliest_first_after_each_position():
+    from omlx.draft.train.objective import target_context_and_tops
+
+    target = build_target("llama")
+    cfg = draft_config(target, num_layers=1, block_size=4)
+    adapter = TargetAdapter(target, cfg.target_layer_ids)
+    tokens = mx.array([[3, 17, 42, 99, 5, 8], [7, 7, 1, 2, 0, 0]])
+    hidden, greedy, ids, probs = target_context_and_tops(adapter, tokens, top=5, chunk=1)
+    _, want_greedy = target_context_and_greedy(adapter, tokens, chunk=1)
+    assert np.array_equal(np.array(greedy), np.array(want_greedy))
+    full = np.array(mx.softmax(target(tokens).astype(mx.float32), axis=-1))
+    want_ids = np.argsort(-full, axis=-1)[..., :5]
+    assert np.array_equal(np.array(ids), want_ids)
+    np.testing.assert_allclose(
+        np.array(probs), np.take_along_axis(full, want_ids, axis=-1), rtol=1e-4, atol=1e-6
+    )
+    assert hidden.shape[:2] == tokens.shape
