@@ -29,7 +29,8 @@
 # new ones faster into a file of their own.
 # MORE_DATA_S (default 0: none) then writes greedy replies to the more-prompts set
 # (`--prompts more`: 7,200 new training prompts) for at most that many seconds, at
-# MORE_GEN_BATCH rows (default 256, the CPU's; it names the data) and GEN_JOIN, and
+# MORE_GEN_BATCH rows and MORE_GEN_JOIN (defaults 256 and 1, the carried CPU data's;
+# both name the data, so keep them to continue a carried partial file), and
 # trains on them as extra data, finished or not (a partial file carries its record); a
 # later call, or another machine, with the same file in DRAFT_DIR/data goes on with it.
 # SMOKE_FLAGS (e.g. "--max-prompts 8 --max-new-tokens 8 --batch-size 2") are appended
@@ -61,7 +62,7 @@ for f in ${EXTRA_DATA:-}; do extra+=(--extra-data "$f"); done
 if (( ${MORE_DATA_S:-0} > 0 )); then
     more=$(omlx draft train --target SmolLM2-135M-Instruct --out "$draft" --prompts more \
         --max-new-tokens 256 --sampled 0 --gen-batch "${MORE_GEN_BATCH:-256}" \
-        --gen-join "${GEN_JOIN:-1}" --data-only --data-budget "$MORE_DATA_S" --json \
+        --gen-join "${MORE_GEN_JOIN:-1}" --data-only --data-budget "$MORE_DATA_S" --json \
         "${smoke[@]}" | tail -1)
     echo "$more"
     more_file=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["data"]["file"])' "$more")
