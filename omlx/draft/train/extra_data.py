@@ -7,8 +7,8 @@ are taken (build_dataset writes it when data is finished, and for a partial file
 its time budget stops it: the replies written so far are whole, so a set too large for
 one session trains from the first), and only their training replies: the
 held-out split stays the run's own, and a reply to any of its held-out prompts is
-dropped, as is a greedy reply the run already has (greedy replies are the same whatever
-the batching).
+dropped, as is a reply the run already has, and a greedy reply to a prompt it has one for
+(greedy replies are the same whatever the batching).
 """
 
 from __future__ import annotations
@@ -47,11 +47,17 @@ def extra_train_samples(own: Sequence[Sample], extras: Sequence[Sequence[Sample]
     """The samples of `extras` to train on besides the run's own `own`."""
     heldout = {s.prompt_ids for s in own if s.split != "train"}
     greedy = {s.prompt_ids for s in own if s.greedy}
+    # A reply already trained on adds nothing but weight: the run's own data file given
+    # again as extra data, or two files sharing passes, would count its replies twice.
+    seen = {(s.prompt_ids, s.reply_ids) for s in own}
     added = []
     for samples in extras:
         for s in samples:
             if s.split != "train" or s.prompt_ids in heldout:
                 continue
+            if (s.prompt_ids, s.reply_ids) in seen:
+                continue
+            seen.add((s.prompt_ids, s.reply_ids))
             if s.greedy:
                 if s.prompt_ids in greedy:
                     continue

@@ -37,9 +37,11 @@ from omlx.draft.train.data import Sample
 from omlx.draft.vocab import RestrictedHead
 
 PAD_MULTIPLE = 32
-# The target's distribution is kept as its top tokens: on SmolLM2's replies the top 8
-# hold nearly all of the mass where it is confident, and 8 x (int32 + float16) a token
-# is what caching it for every training sequence can afford (~150 MB for 3M tokens).
+# The target's distribution is kept as its top tokens. On 10 carried SmolLM2 replies
+# (1,623 positions, benchmarks/target_top_mass.py) its top 8 held 89 % of the probability
+# on average (median 96 %), and 77 % where its top token held under half (36 % of the
+# positions); 8 x (int32 + float16) a token is what caching it for every training
+# sequence affords (~150 MB for 3M tokens).
 SOFT_TOP_K = 8
 # The soft target is this share of the target's distribution and the rest its argmax:
 # greedy decoding accepts argmaxes, and where the target is unsure (flat over its top

@@ -28,6 +28,8 @@ def test_extra_samples_add_training_replies_only_and_no_greedy_twice() -> None:
     again = [_sample([3])]
     added = extra_train_samples(own, [extra, again])
     assert added == [extra[1], extra[3]]
+    # The run's own file given again, or a second file sharing its passes: nothing twice.
+    assert extra_train_samples(own, [own, [own[2], extra[1], extra[1]]]) == [extra[1]]
 
 
 def _lines(output: str) -> list[dict]:
