@@ -13,7 +13,8 @@
 # a run with more finds the finished data of fewer in DRAFT_DIR/data and adds only the
 # missing passes, so data can grow across device sessions (carry the data file along).
 # Training keeps each sequence's target states after its first epoch (--cache-context:
-# ~22 GB of GPU memory for the default model's 9,600 replies in float32).
+# ~22 GB of GPU memory for the default model's 9,600 replies in float32; on an 80 GB
+# card with more data, add --cache-dtype bfloat16 to TRAIN_FLAGS to halve it).
 # GEN_BATCH (default 256, the carried data's) is the number of replies written at once;
 # it is part of the data's name (batched sampling draws depend on it), so another value
 # starts a new data file (1,024 rows wrote ~2x the tokens a second of 256 on an H100).

@@ -78,6 +78,7 @@ _omlx() {
         "omlx draft train --eval-sequences") COMPREPLY=(); return ;;
         "omlx draft train --vocab-coverage") COMPREPLY=(); return ;;
         "omlx draft train --labels") COMPREPLY=(); return ;;
+        "omlx draft train --cache-dtype") COMPREPLY=(); return ;;
         "omlx draft train --init-from") COMPREPLY=(); return ;;
         "omlx draft train --extra-data") COMPREPLY=(); return ;;
         "omlx draft train --checkpoint-every") COMPREPLY=(); return ;;
@@ -113,7 +114,7 @@ _omlx() {
         "omlx cache inspect") opts="--model -m --json --help -h"; subs="" ;;
         "omlx cache clear") opts="--model -m --tier --help -h"; subs="" ;;
         "omlx draft") opts="--help -h"; subs="train" ;;
-        "omlx draft train") opts="--target --out --prompts --max-prompts --max-new-tokens --sampled --sample-temperature --gen-batch --gen-join --data-dir --data-budget --layers --intermediate-size --heads --block-size --target-layers --steps --time-budget --wall-budget --batch-size --anchors --lr --warmup --weight-decay --dtype --save-dtype --shard-mb --eval-every --eval-sequences --vocab-coverage --vocab-loss --full-vocab-loss --keep-best --keep-last --labels --cache-context --init-from-target --init-from --extra-data --checkpoint-every --seed --resume --data-only --json --help -h"; subs="" ;;
+        "omlx draft train") opts="--target --out --prompts --max-prompts --max-new-tokens --sampled --sample-temperature --gen-batch --gen-join --data-dir --data-budget --layers --intermediate-size --heads --block-size --target-layers --steps --time-budget --wall-budget --batch-size --anchors --lr --warmup --weight-decay --dtype --save-dtype --shard-mb --eval-every --eval-sequences --vocab-coverage --vocab-loss --full-vocab-loss --keep-best --keep-last --labels --cache-context --cache-dtype --init-from-target --init-from --extra-data --checkpoint-every --seed --resume --data-only --json --help -h"; subs="" ;;
         "omlx config") opts="--help -h"; subs="show set" ;;
         "omlx config show") opts="--json --help -h"; subs="" ;;
         "omlx config set") opts="--help -h"; subs="" ;;

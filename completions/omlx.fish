@@ -126,6 +126,7 @@ complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l vocab-loss -l fu
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l keep-best -l keep-last -d 'Save the weights of the best held-out τ'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l labels -r -F -d 'reply: the replies'\'' own tokens; greedy: the target'\''s argmax, so sampled replies add contexts, not their sampled choices; soft: greedy, half of each label'\''s target the target'\''s distribution over its top 8 tokens'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l cache-context -d 'Keep each sequence'\''s target states after its first epoch (later epochs skip the target'\''s forward; memory: tokens x hidden x captured layers x 4 bytes)'
+complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l cache-dtype -r -F -d 'dtype of the cached target states: bfloat16 halves their memory'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l init-from-target -d 'Start the draft'\''s layers from the target'\''s last layers, not random weights'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l init-from -r -F -d 'Continue a trained draft (its folder): its shape and weights, a fresh optimizer and schedule; e.g'
 complete -c omlx -n "test (__omlx_cmd) = 'omlx draft train'" -l extra-data -r -F -d 'Also train on this finished data file of the same target (repeatable): replies another run wrote, e.g'

@@ -135,6 +135,11 @@ def train(
         help="Keep each sequence's target states after its first epoch (later epochs "
         "skip the target's forward; memory: tokens x hidden x captured layers x 4 bytes).",
     ),
+    cache_dtype: str = typer.Option(
+        "float32",
+        "--cache-dtype",
+        help="dtype of the cached target states: bfloat16 halves their memory.",
+    ),
     init_from_target: bool = typer.Option(
         False,
         "--init-from-target",
@@ -234,6 +239,7 @@ def train(
                 vocab_loss=vocab_loss,
                 labels=labels,
                 cache_context=cache_context,
+                cache_dtype=cache_dtype,
                 init_from_target=init_from_target,
                 init_from=str(init_from) if init_from else None,
                 checkpoint_every=checkpoint_every,

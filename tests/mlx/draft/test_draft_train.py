@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mlx.core as mx
 import numpy as np
 import pytest
 from mlx.utils import tree_flatten
@@ -284,6 +285,24 @@ def test_cached_target_states_give_the_same_loss(distilled, tmp_path, monkeypatc
         assert got.tau.item() == want.tau.item(), step
     assert forwards == [8, 8, 8]  # the first epoch only
     assert len(trainer._contexts) == 24
+
+
+def test_states_cached_in_bfloat16_take_half_the_memory_and_give_nearly_the_loss(
+    distilled, tmp_path
+):
+    from omlx.draft.train.objective import block_loss, target_context
+
+    target, _, samples = distilled
+    trainer = _trainer(target, samples, tmp_path / "d", cache_context=True, cache_dtype="bfloat16")
+    for step in range(6):  # two epochs: the second reads the cache
+        batch = trainer._batch(trainer._next_samples(), trainer.rng)
+        hidden, batch = trainer._target_outputs(batch)
+        fresh = target_context(trainer.adapter, batch.tokens)
+        got = block_loss(trainer.draft, trainer.adapter, batch, hidden, trainer.weights)
+        want = block_loss(trainer.draft, trainer.adapter, batch, fresh, trainer.weights)
+        assert abs(got.loss.item() - want.loss.item()) < 1e-2 * want.loss.item(), step
+    assert {c.dtype for c in trainer._contexts.values()} == {mx.bfloat16}
+    assert hidden.dtype == mx.bfloat16  # this batch came from the cache
 
 
 def test_grouped_joins_give_the_same_greedy_replies(monkeypatch):
