@@ -21,6 +21,8 @@ from omlx.cli.commands import (
     top,
 )
 from omlx.platform.blas import reexec_with_blas
+from omlx.platform.kernel_cache import persist_kernel_cache
+from omlx.settings import omlx_home
 
 app = typer.Typer(
     name="omlx",
@@ -74,6 +76,7 @@ def main() -> None:
     # not inherit an LD_PRELOAD of OpenBLAS.
     if sys.argv[1:2] != ["launch"]:
         reexec_with_blas()
+        persist_kernel_cache(omlx_home())
     app()
 
 
