@@ -28,12 +28,17 @@
 # .meta.json record that writing or reusing data leaves beside it) adds their training
 # replies (`--extra-data`): e.g. the carried replies, while GEN_BATCH / GEN_JOIN write
 # new ones faster into a file of their own.
-# MORE_DATA_S (default 0: none) then writes greedy replies to the more-prompts set
-# (`--prompts more`: 7,200 new training prompts) for at most that many seconds, at
+# MORE_DATA_S (default unset: none) then writes greedy replies to the more-prompts set
+# (`--prompts more`: 7,200 new training prompts) for at most that many seconds (0: none
+# new, only what DRAFT_DIR/data holds, e.g. in a RESUME call), at
 # MORE_GEN_BATCH rows and MORE_GEN_JOIN (defaults 256 and 1, the carried CPU data's;
 # both name the data, so keep them to continue a carried partial file), and
 # trains on them as extra data, finished or not (a partial file carries its record); a
 # later call, or another machine, with the same file in DRAFT_DIR/data goes on with it.
+# SCHEDULE_S fixes the training schedule's length (`--time-budget`, seconds of steps)
+# instead of taking what the deadline leaves, for a run longer than one device call:
+# each call still ends inside DEADLINE_S (`--wall-budget` saves a checkpoint), and the
+# next call with RESUME=1 (`--resume`) goes on with the same schedule from there.
 # SMOKE_FLAGS (e.g. "--max-prompts 8 --max-new-tokens 8 --batch-size 2") are appended
 # to both commands, for a rehearsal on a CPU; TRAIN_FLAGS to the training command only. The GPU must be free: another process
 # holding its memory makes CUDA graph instantiation fail with out of memory.
@@ -60,7 +65,7 @@ omlx draft train "${common[@]}" --data-only --data-budget "${DATA_MAX_S:-180}" -
 
 extra=()
 for f in ${EXTRA_DATA:-}; do extra+=(--extra-data "$f"); done
-if (( ${MORE_DATA_S:-0} > 0 )); then
+if [[ -n ${MORE_DATA_S:-} ]]; then
     more=$(omlx draft train --target SmolLM2-135M-Instruct --out "$draft" --prompts more \
         --max-new-tokens 256 --sampled 0 --gen-batch "${MORE_GEN_BATCH:-256}" \
         --gen-join "${MORE_GEN_JOIN:-1}" --data-only --data-budget "$MORE_DATA_S" --json \
@@ -73,6 +78,7 @@ fi
 elapsed=$(( $(date +%s) - start ))
 budget=$(( deadline - elapsed - 60 ))
 (( budget > ${TRAIN_MAX_S:-300} )) && budget=${TRAIN_MAX_S:-300}
+[[ -n ${SCHEDULE_S:-} ]] && budget=$SCHEDULE_S
 echo "data done after $elapsed s; training for $budget s"
 # --wall-budget is the hard stop: the time budget counts training steps only, and run 5's
 # evaluations and loading took ~140 s beyond it, past the device call's limit.
@@ -81,6 +87,6 @@ omlx draft train "${common[@]}" --data-budget 0 --time-budget "$budget" --steps 
     --wall-budget "$wall" \
     --batch-size 32 --anchors 32 --lr 8e-4 --warmup 0.04 --block-size 16 \
     --eval-every 200 --checkpoint-every 2000 --save-dtype bfloat16 --shard-mb 15 --json \
-    --cache-context ${INIT_FROM:+--init-from "$INIT_FROM"} "${extra[@]}" \
+    --cache-context ${INIT_FROM:+--init-from "$INIT_FROM"} ${RESUME:+--resume} "${extra[@]}" \
     "${smoke[@]}" ${TRAIN_FLAGS:-}
 echo "all done after $(( $(date +%s) - start )) s"
