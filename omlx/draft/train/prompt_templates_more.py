@@ -18,7 +18,7 @@ import random
 from dataclasses import replace
 from pathlib import Path
 
-from omlx.draft.train.prompt_templates import NAMES, SHIPPED, _maths, build, write_prompts
+from omlx.draft.train.prompt_templates import NAMES, SHIPPED, build, write_prompts
 
 SEED = 20261205
 MORE_PROMPTS_FILE = Path(__file__).with_name("prompts_more.jsonl")
@@ -326,7 +326,7 @@ ITEMS = ("lunch box", "umbrella", "phone case", "travel mug", "bicycle helmet")
 def _maths_more(rng: random.Random) -> str:
     """The shipped maths questions half the time, new kinds the other half."""
     if rng.random() < 0.5:
-        return _maths(rng)
+        return SHIPPED.maths(rng)
     a, b, c = rng.randint(2, 99), rng.randint(2, 99), rng.randint(2, 12)
     name = rng.choice(NAMES)
     templates = [
