@@ -24,7 +24,7 @@
 # generation ran at ~100 ms a step); like GEN_BATCH it names new data when not 1.
 # INIT_FROM (a trained draft's folder, e.g. the last session's, carried along) starts
 # training from its weights (`--init-from`) instead of random ones.
-# EXTRA_DATA (space-separated finished data files of the same target, each with the
+# EXTRA_DATA (space-separated data files of the same target, finished or not, each with the
 # .meta.json record that writing or reusing data leaves beside it) adds their training
 # replies (`--extra-data`): e.g. the carried replies, while GEN_BATCH / GEN_JOIN write
 # new ones faster into a file of their own.

@@ -154,9 +154,9 @@ def train(
     extra_data: list[Path] = typer.Option(
         [],
         "--extra-data",
-        help="Also train on this finished data file of the same target (repeatable): "
-        "replies another run wrote, e.g. with other generation settings; its training "
-        "replies only.",
+        help="Also train on this data file of the same target (repeatable; a partial "
+        "one's finished replies too): replies another run wrote, e.g. with other "
+        "generation settings or --prompts more; its training replies only.",
     ),
     checkpoint_every: int = typer.Option(500, "--checkpoint-every", min=0),
     seed: int = typer.Option(0, "--seed"),
