@@ -132,38 +132,35 @@ def target_context_and_greedy(
     """The captured states [N, L, C] and the target's argmax after every position
     [N, L] (what it picks next), `chunk` sequences per forward pass, so only one
     chunk's [chunk, L, vocab] logits are alive at a time."""
-    hiddens, picks = [], []
-    for start in range(0, tokens.shape[0], chunk):
-        logits, hidden, _ = target.forward(tokens[start : start + chunk], None)  # type: ignore[arg-type]
-        assert logits is not None
-        picks.append(mx.argmax(logits, axis=-1).astype(mx.int32))
-        hiddens.append(hidden)
-    return mx.stop_gradient(mx.concatenate(hiddens)), mx.concatenate(picks)
+    hidden, picks, _, _ = target_context_and_tops(target, tokens, top=0, chunk=chunk)
+    return hidden, picks
 
 
 def target_context_and_tops(
     target: TargetAdapter, tokens: mx.array, top: int = SOFT_TOP_K, chunk: int = 8
-) -> tuple[mx.array, mx.array, mx.array, mx.array]:
-    """As target_context_and_greedy, and the target's `top` likeliest next tokens after
-    every position with their probabilities, likeliest first: [N, L, top] each."""
+) -> tuple[mx.array, mx.array, mx.array | None, mx.array | None]:
+    """As target_context_and_greedy, and (`top` > 0) the target's `top` likeliest next
+    tokens after every position with their probabilities, likeliest first: [N, L, top]
+    each (None with `top` 0)."""
     hiddens, picks, ids, probs = [], [], [], []
     for start in range(0, tokens.shape[0], chunk):
         logits, hidden, _ = target.forward(tokens[start : start + chunk], None)  # type: ignore[arg-type]
         assert logits is not None
         logits = logits.astype(mx.float32)
         picks.append(mx.argmax(logits, axis=-1).astype(mx.int32))
-        best = mx.argpartition(-logits, kth=top - 1, axis=-1)[..., :top]
-        p = mx.take_along_axis(mx.softmax(logits, axis=-1), best, axis=-1)
-        order = mx.argsort(-p, axis=-1)
-        ids.append(mx.take_along_axis(best, order, axis=-1).astype(mx.int32))
-        probs.append(mx.take_along_axis(p, order, axis=-1))
         hiddens.append(hidden)
-        mx.eval(hidden, picks[-1], ids[-1], probs[-1])  # the chunk's logits are freed here
+        if top:
+            best = mx.argpartition(-logits, kth=top - 1, axis=-1)[..., :top]
+            p = mx.take_along_axis(mx.softmax(logits, axis=-1), best, axis=-1)
+            order = mx.argsort(-p, axis=-1)
+            ids.append(mx.take_along_axis(best, order, axis=-1).astype(mx.int32))
+            probs.append(mx.take_along_axis(p, order, axis=-1))
+        mx.eval(hidden, picks[-1], *ids[-1:], *probs[-1:])  # the chunk's logits freed here
     return (
         mx.stop_gradient(mx.concatenate(hiddens)),
         mx.concatenate(picks),
-        mx.concatenate(ids),
-        mx.concatenate(probs),
+        mx.concatenate(ids) if top else None,
+        mx.concatenate(probs) if top else None,
     )
 
 

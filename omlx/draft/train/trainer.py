@@ -299,9 +299,12 @@ class Trainer:
         tops: tuple[mx.array, mx.array] | None = None
         if not have_picks:
             if soft:
-                hidden, greedy_next, *fresh = target_context_and_tops(self.adapter, batch.tokens)
-                tops = (fresh[0], fresh[1])
-                ids, probs = np.array(fresh[0]), np.array(fresh[1].astype(mx.float16))
+                hidden, greedy_next, top_ids, top_probs = target_context_and_tops(
+                    self.adapter, batch.tokens
+                )
+                assert top_ids is not None and top_probs is not None
+                tops = (top_ids, top_probs)
+                ids, probs = np.array(top_ids), np.array(top_probs.astype(mx.float16))
                 for row, i in enumerate(rows):
                     n = self._length(i)
                     self._tops[i] = (ids[row, :n], probs[row, :n])
