@@ -134,9 +134,12 @@ function initTopbar() {
     document.documentElement.dataset.theme = e.target.value;
     window.dispatchEvent(new Event("omlx-theme"));
   });
-  document.getElementById("logout")?.addEventListener("click", async () => {
+  // The button is rendered disabled: a click before this module runs would do nothing.
+  const logout = document.getElementById("logout");
+  logout?.addEventListener("click", async () => {
     try { await api("/admin/logout", { method: "POST" }); } finally { location.href = "/admin/login"; }
   });
+  if (logout) logout.disabled = false;
 }
 
 // Register the page's Alpine component(s) and start Alpine once.
