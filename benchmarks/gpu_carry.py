@@ -30,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
+EXTRA_MANIFEST = "extra-manifest.tsv"  # NAME<TAB>PATH under extra/, one line a file
 MLX = "0.32.4"
 # mlx-lm's own dependencies (transformers and the rest) are on the machine.
 NO_DEPS = [f"mlx=={MLX}", f"mlx-cuda-13=={MLX}", "mlx-lm==0.32.2"]
@@ -180,19 +181,28 @@ def main() -> None:
     files: list[Path] = []
     gguf = find_default_gguf()
     sources = [*dl.glob("*.whl"), *([gguf] if gguf else [])]
+    manifest = []
     for extra in args.extra:
         found = [extra] if extra.is_file() else sorted(p for p in extra.rglob("*") if p.is_file())
         for f in found:
-            rel = f.relative_to(extra.parent)
-            dest = pieces / ("extra__" + str(rel).replace("/", "__"))
+            # Numbered names and a manifest of where each goes: a path flattened into the
+            # name could not tell its own separators from the path's.
+            dest = pieces / f"extra-{len(manifest):04d}"
             shutil.copyfile(f, dest)
             sources.append(dest)
+            manifest.append(f"{dest.name}\t{f.relative_to(extra.parent)}\n")
     for src in sources:
         if src.stat().st_size > room:
             files += split_file(src, room // 2, pieces)
         else:
             files.append(src)
     bins = pack(files, room)
+    if manifest:  # with the last call's files, which gpu_install.sh restores from
+        listing = pieces / EXTRA_MANIFEST
+        listing.write_text("".join(manifest))
+        if bins[-1].used + listing.stat().st_size > room:
+            bins.append(Bin(room))
+        bins[-1].items.append(listing)
     for i, b in enumerate(bins, start=1):
         folder = out / str(i)
         folder.mkdir()

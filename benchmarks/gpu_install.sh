@@ -14,13 +14,13 @@ for first in *.part00; do
     cat "$name".part[0-9][0-9] > "$name"
     rm "$name".part[0-9][0-9]
 done
-for f in extra__*; do
-    [[ -e $f ]] || continue
-    rel=${f#extra__}
-    rel=${rel//__//}
-    mkdir -p "extra/$(dirname "$rel")"
-    mv "$f" "extra/$rel"
-done
+if [[ -f extra-manifest.tsv ]]; then
+    while IFS=$'\t' read -r name rel; do
+        mkdir -p "extra/$(dirname "$rel")"
+        mv "$name" "extra/$rel"
+    done < extra-manifest.tsv
+    rm extra-manifest.tsv
+fi
 "$python" -m pip install -q --no-index --no-deps --target "$site" ./*.whl
 # libmlx.so finds cuBLAS/cuDNN/NCCL through ../../nvidia relative to itself; the machine's
 # PyTorch brought them.

@@ -45,7 +45,11 @@ def test_split_pieces_and_extras_come_back_on_the_machine(tmp_path):
     machine.mkdir()
     parts = carry.split_file(big, 1000, machine)
     assert [p.name for p in parts] == [f"model.gguf.part{i:02d}" for i in range(11)]
-    (machine / "extra__draft__config.json").write_text("{}")
+    (machine / "extra-0000").write_text("{}")
+    (machine / "extra-0001").write_text("init")
+    (machine / "extra-manifest.tsv").write_text(
+        "extra-0000\tdraft/config.json\nextra-0001\tsrc/pkg/__init__.py\n"
+    )
     subprocess.run(  # only the joining and the extras: no wheels here, no GPU
         ["bash", "-c", (ROOT / "benchmarks/gpu_install.sh").read_text().split('\n"$python"')[0]],
         env={"GPU_DIR": str(machine), "PATH": "/usr/bin:/bin"},
@@ -54,3 +58,6 @@ def test_split_pieces_and_extras_come_back_on_the_machine(tmp_path):
     assert (machine / "model.gguf").read_bytes() == big.read_bytes()
     assert not list(machine.glob("*.part*"))
     assert (machine / "extra" / "draft" / "config.json").read_text() == "{}"
+    # A name with the old separator in it lands where it belongs.
+    assert (machine / "extra" / "src" / "pkg" / "__init__.py").read_text() == "init"
+    assert not (machine / "extra-manifest.tsv").exists()
