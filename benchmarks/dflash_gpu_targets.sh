@@ -18,7 +18,8 @@
 #                  On CUDA a quantized matmul of several rows is MLX's own kernel, a graph
 #                  kernel node, where a float one is a cuBLASLt call captured into a child
 #                  graph: the host cost that a 16-token verify paid per matmul (runs 3-4).
-# Each arm: greedy, blocks of 16, PER_CATEGORY (5) held-out prompts per category,
+# Each arm: greedy, blocks of BLOCK_SIZES (16; e.g. 16,8,4: a verify of fewer rows costs
+# less where τ seldom reaches the block's end), PER_CATEGORY (5) held-out prompts per category,
 # MAX_TOKENS (128), both loops, one profiled prompt per category; JSON lines appended to
 # OUT_JSONL (the arm is in each line's model/fused_projections/model_dtype fields).
 set -euo pipefail
@@ -45,12 +46,13 @@ for arm in ${arms//,/ }; do
     python3 -m benchmarks.dflash_trained --model "$OMLX_HOME/models/$name" --draft "$draft" \
         --per-category "${PER_CATEGORY:-5}" --max-tokens "${MAX_TOKENS:-128}" \
         --temperatures 0 --loops sequential,pipelined --profile-prompts 1 \
+        --block-sizes "${BLOCK_SIZES:-16}" \
         "${flags[@]}" --out "$out" | python3 -c '
 import json, sys
 for line in sys.stdin:
     r = json.loads(line)
     if r.get("category") == "all":
-        print(r["loop"], "tau", round(r["acceptance_length"], 2), "speedup", round(r["speedup"], 2),
+        print(r["loop"], "block", r["draft_block_size"], "tau", round(r["acceptance_length"], 2), "speedup", round(r["speedup"], 2),
               "identical", r.get("identical"), "cycle ms", round(r["dflash_ms_per_cycle"], 2),
               "plain ms/token", round(r["plain_ms_per_token"], 2), flush=True)'
 done
