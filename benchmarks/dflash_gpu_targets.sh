@@ -18,7 +18,7 @@
 #                  On CUDA a quantized matmul of several rows is MLX's own kernel, a graph
 #                  kernel node, where a float one is a cuBLASLt call captured into a child
 #                  graph: the host cost that a 16-token verify paid per matmul (runs 3-4).
-# Each arm: greedy, blocks of BLOCK_SIZES (16; e.g. 16,8,4: a verify of fewer rows costs
+# Each arm: greedy, LOOPS (sequential,pipelined), blocks of BLOCK_SIZES (16; e.g. 16,8,4: a verify of fewer rows costs
 # less where τ seldom reaches the block's end), PER_CATEGORY (5) held-out prompts per category,
 # MAX_TOKENS (128), both loops, one profiled prompt per category; JSON lines appended to
 # OUT_JSONL (the arm is in each line's model/fused_projections/model_dtype fields).
@@ -45,7 +45,7 @@ for arm in ${arms//,/ }; do
     echo "== $arm after $(( $(date +%s) - start )) s"
     python3 -m benchmarks.dflash_trained --model "$OMLX_HOME/models/$name" --draft "$draft" \
         --per-category "${PER_CATEGORY:-5}" --max-tokens "${MAX_TOKENS:-128}" \
-        --temperatures 0 --loops sequential,pipelined --profile-prompts 1 \
+        --temperatures 0 --loops "${LOOPS:-sequential,pipelined}" --profile-prompts 1 \
         --block-sizes "${BLOCK_SIZES:-16}" \
         "${flags[@]}" --out "$out" | python3 -c '
 import json, sys
