@@ -18,10 +18,10 @@
 #                  On CUDA a quantized matmul of several rows is MLX's own kernel, a graph
 #                  kernel node, where a float one is a cuBLASLt call captured into a child
 #                  graph: the host cost that a 16-token verify paid per matmul (runs 3-4).
-# Each arm: greedy, LOOPS (sequential,pipelined), blocks of BLOCK_SIZES (16; e.g. 16,8,4: a verify of fewer rows costs
-# less where τ seldom reaches the block's end), PER_CATEGORY (5) held-out prompts per category,
-# MAX_TOKENS (128), both loops, one profiled prompt per category; JSON lines appended to
-# OUT_JSONL (the arm is in each line's model/fused_projections/model_dtype fields).
+# Each arm: greedy, LOOPS (default sequential,pipelined), blocks of BLOCK_SIZES (default
+# 16; e.g. 16,8,4: a verify of fewer rows costs less, and τ seldom reaches a block's end),
+# PER_CATEGORY (5) held-out prompts per category, MAX_TOKENS (128), one profiled prompt
+# per category; JSON lines appended to OUT_JSONL (the arm is in each line's model/fused_projections/model_dtype fields).
 set -euo pipefail
 parts=$1
 draft=$2
