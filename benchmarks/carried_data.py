@@ -15,9 +15,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # (distill-7ea91c095c2b30ca.jsonl) and its first 9,600 the file of three that runs 3-5
 # trained on (distill-4930c67b8bddc3cf.jsonl): `head -n 14400` / `12000` / `9600`.
 DATA = ROOT / "benchmarks/results/data/distill-91a1dd4f6277e425.jsonl.gz"
-# Greedy replies to the first 5,120 (in the run's seeded order) of the 7,200 more-prompts
-# set (`--prompts more`), written on the 2-core CPU: a partial file, with its record.
-MORE_DATA = ROOT / "benchmarks/results/data/distill-26562c5b25f76fe5.partial.jsonl.gz"
+# Greedy replies to all 7,200 prompts of the more-prompts set (`--prompts more`; 1.29M
+# reply tokens), written on the 2-core CPU in two runs, the second going on with the
+# first's partial file (its first 5,120 lines), with its record.
+MORE_DATA = ROOT / "benchmarks/results/data/distill-26562c5b25f76fe5.jsonl.gz"
 
 
 def read_carried(path: Path = DATA) -> list[Any]:
