@@ -58,6 +58,8 @@ class PrimedGenerationBatch(GenerationBatch):
         # The rows' batched logit bias: None = not built yet, False = some row's
         # processors need the per-row path.
         self._bias: tuple[mx.array, mx.array, mx.array] | bool | None = None
+        # Each slot-cache layer's left padding, read once for the rows leaving this step.
+        self._pads: list[list[int] | None] | None = None
         super().__init__(*args, **kwargs)
         self._defer_step = False
         self._primed = [primed] * len(self.uids)
@@ -67,6 +69,7 @@ class PrimedGenerationBatch(GenerationBatch):
             self._next_logprobs = [mx.zeros((1,))] * len(self.uids)
 
     def _step(self) -> Any:
+        self._pads = None
         if self._defer_step:
             return None
         if len(self.uids) != 1:
@@ -190,7 +193,23 @@ class PrimedGenerationBatch(GenerationBatch):
             self._bias = (mx.array(rows), mx.array(cols), mx.array(vals, dtype=mx.float32))
         return self._bias or None
 
+    def extract_cache(self, idx: int) -> list[Any]:
+        """Row `idx`'s cache, layer by layer. The rows that finish in one step all leave
+        here; each layer's padding is read back from the device once for all of them (on
+        a GPU each read waits on the stream: 64 rows leaving a 36-layer model read it
+        2,304 times through mlx-lm's extract)."""
+        if self._pads is None:
+            self._pads = [
+                c.left_padding.tolist() if isinstance(c, SlotKVCache) else None
+                for c in self.prompt_cache
+            ]
+        return [
+            c.extract(idx) if pads is None else c.extract_row(idx, pads[idx])
+            for c, pads in zip(self.prompt_cache, self._pads, strict=True)
+        ]
+
     def extend(self, batch: GenerationBatch) -> None:
+        self._pads = None
         self._adopt_slot_caches()
         super().extend(batch)
         self._adopt_slot_caches()  # an empty batch takes the joining batch's caches
@@ -198,6 +217,7 @@ class PrimedGenerationBatch(GenerationBatch):
         self._bias = None
 
     def filter(self, keep: list[int]) -> None:
+        self._pads = None
         # Rows leave by swap-remove (slot_cache): the per-row lists follow the same order.
         if keep and self._adopt_slot_caches():
             keep = swap_remove_order(keep)

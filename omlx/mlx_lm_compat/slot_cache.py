@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.models.cache import BatchKVCache
+from mlx_lm.models.cache import BatchKVCache, KVCache
 
 
 def waits_for_in_place() -> bool:
@@ -151,10 +151,21 @@ class SlotKVCache(BatchKVCache):
             self._shift_left(dead)
 
     def extract(self, idx: int) -> Any:
-        """One row as a KVCache, evaluated now where that is free: a lazy slice would
-        keep the arrays referenced (a finished row's cache may never be read), and MLX
-        then copies them whole at the next write."""
-        cache = super().extract(idx)
+        return self.extract_row(idx, int(self.left_padding[idx].item()))
+
+    def extract_row(self, idx: int, padding: int) -> Any:
+        """Row `idx` as a KVCache, its left padding read by the caller: mlx-lm's extract
+        reads the whole padding array back from the device for every (row, layer), 2,304
+        reads when 64 rows of a 36-layer model leave at once; a batch reads it once a
+        layer (`PrimedGenerationBatch.extract_cache`).
+
+        Evaluated now where that is free: a lazy slice would keep the arrays referenced
+        (a finished row's cache may never be read), and MLX then copies them whole at the
+        next write."""
+        cache = KVCache()
+        cache.keys = mx.contiguous(self.keys[idx : idx + 1, :, padding : self._idx])
+        cache.values = mx.contiguous(self.values[idx : idx + 1, :, padding : self._idx])
+        cache.offset = cache.keys.shape[2]
         if waits_for_in_place():
             mx.eval(cache.keys, cache.values)
         return cache

@@ -130,3 +130,50 @@ def test_the_generator_reports_the_running_batch_kv_layout() -> None:
         assert last["kv_len"] > first["kv_len"]
     finally:
         gen.close()
+
+
+def test_a_row_extracted_with_its_padding_read_once_equals_mlx_lms() -> None:
+    cache = SlotKVCache.adopt(_prompt_cache([5, 2, 7], 3))
+    cache.update_and_fetch(mx.ones((3, H, 1, D)), mx.zeros((3, H, 1, D)))
+    pads = cache.left_padding.tolist()
+    for i in range(3):
+        got, want = cache.extract_row(i, pads[i]), BatchKVCache.extract(cache, i)
+        assert got.offset == want.offset == cache._idx - pads[i]
+        assert got.keys.tolist() == want.keys.tolist()
+        assert got.values.tolist() == want.values.tolist()
+        assert cache.extract(i).keys.tolist() == want.keys.tolist()
+
+
+def test_rows_leaving_together_read_each_layers_padding_once(monkeypatch) -> None:
+    """mlx-lm's extract reads the padding back per (row, layer): on a GPU a wait each."""
+    from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
+    from tests.mlx.draft.conftest import build_target
+
+    calls = {"extract": 0, "extract_row": 0}
+    row = SlotKVCache.extract_row
+
+    def extract(self, idx):
+        calls["extract"] += 1
+        raise AssertionError("per-row padding read")
+
+    def extract_row(self, idx, padding):
+        calls["extract_row"] += 1
+        return row(self, idx, padding)
+
+    model = build_target("qwen3")
+    gen = FusedJoinBatchGenerator(model, stream=mx.new_stream(mx.default_device()))
+    try:
+        gen.insert([[1, 2, 3, 4, 5], [6, 7], [8, 9, 10], [11]], max_tokens=[9, 4, 4, 4])
+        monkeypatch.setattr(SlotKVCache, "extract", extract)
+        monkeypatch.setattr(SlotKVCache, "extract_row", extract_row)
+        finished = []
+        for _ in range(12):
+            finished += [r for r in gen.next_generated() if r.finish_reason]
+        assert len(finished) == 4
+        layers = len(model.layers)
+        assert calls == {"extract": 0, "extract_row": 4 * layers}
+        for r in finished:  # each row's cache holds what it processed, every layer
+            offsets = {c.offset for c in r.prompt_cache}
+            assert len(offsets) == 1 and offsets.pop() >= 4
+    finally:
+        gen.close()
