@@ -217,6 +217,9 @@ class PrimedGenerationBatch(GenerationBatch):
         self._bias = None
 
     def filter(self, keep: list[int]) -> None:
+        for c, pads in zip(self.prompt_cache, self._pads or (), strict=False):
+            if pads is not None:
+                c.known_padding = pads  # what extract_cache read this step (slot_cache)
         self._pads = None
         # Rows leave by swap-remove (slot_cache): the per-row lists follow the same order.
         if keep and self._adopt_slot_caches():

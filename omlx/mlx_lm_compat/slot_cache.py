@@ -145,7 +145,10 @@ class SlotKVCache(BatchKVCache):
             return
         if (4 * n < self.capacity and self.capacity - n >= 8) or (n == 1 < self.capacity):
             self._gather_rows(list(range(n)))  # most slots idle: give the memory back
-        dead = min(self.left_padding.tolist())
+        known = self.__dict__.pop("known_padding", None)
+        # Read back, the new padding would wait for the step in flight (it is queued
+        # behind it on the stream); where the leaving rows' extraction read it, use that.
+        dead = min(known[i] for i in keep) if known is not None else min(self.left_padding.tolist())
         # A lone row must start at position 0: batch_join decodes it without a mask.
         if dead > 0 and (4 * dead >= self._idx or n == 1):
             self._shift_left(dead)

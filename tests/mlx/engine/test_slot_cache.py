@@ -57,7 +57,10 @@ def test_random_joins_leaves_and_steps_match_mlx_lm(seed, wait, monkeypatch) -> 
             gone = set(rng.sample(range(n), rng.randint(1, min(3, n - 1))))
             keep = [i for i in range(n) if i not in gone]
             moved = swap_remove_order(keep)
+            if rng.random() < 0.5:  # as a batch whose leaving rows read it hands it on
+                slot.known_padding = slot.left_padding.tolist()
             slot.filter(moved)
+            assert not hasattr(slot, "known_padding")
             ref_keep = sorted(order[i] for i in keep)
             ref.filter(ref_keep)
             order = [ref_keep.index(order[i]) for i in moved]
@@ -160,18 +163,27 @@ def test_rows_leaving_together_read_each_layers_padding_once(monkeypatch) -> Non
         calls["extract_row"] += 1
         return row(self, idx, padding)
 
+    handed_on = []
+    filter_ = SlotKVCache.filter
+
+    def filter(self, keep):
+        handed_on.append(hasattr(self, "known_padding"))  # the filter reads no padding
+        return filter_(self, keep)
+
     model = build_target("qwen3")
     gen = FusedJoinBatchGenerator(model, stream=mx.new_stream(mx.default_device()))
     try:
         gen.insert([[1, 2, 3, 4, 5], [6, 7], [8, 9, 10], [11]], max_tokens=[9, 4, 4, 4])
         monkeypatch.setattr(SlotKVCache, "extract", extract)
         monkeypatch.setattr(SlotKVCache, "extract_row", extract_row)
+        monkeypatch.setattr(SlotKVCache, "filter", filter)
         finished = []
         for _ in range(12):
             finished += [r for r in gen.next_generated() if r.finish_reason]
         assert len(finished) == 4
         layers = len(model.layers)
         assert calls == {"extract": 0, "extract_row": 4 * layers}
+        assert handed_on and all(handed_on)  # when the three short rows left together
         for r in finished:  # each row's cache holds what it processed, every layer
             offsets = {c.offset for c in r.prompt_cache}
             assert len(offsets) == 1 and offsets.pop() >= 4
