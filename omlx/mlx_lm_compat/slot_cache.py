@@ -120,6 +120,7 @@ class SlotKVCache(BatchKVCache):
         return self.keys[:n, :, : self._idx, :], self.values[:n, :, : self._idx, :]
 
     def filter(self, batch_indices: list[int]) -> None:
+        known = self.__dict__.pop("known_padding", None)  # see the padding read below
         keep = [int(i) for i in batch_indices]
         n = len(keep)
         moves = [(i, j) for i, j in enumerate(keep) if i != j]
@@ -145,7 +146,6 @@ class SlotKVCache(BatchKVCache):
             return
         if (4 * n < self.capacity and self.capacity - n >= 8) or (n == 1 < self.capacity):
             self._gather_rows(list(range(n)))  # most slots idle: give the memory back
-        known = self.__dict__.pop("known_padding", None)
         # Read back, the new padding would wait for the step in flight (it is queued
         # behind it on the stream); where the leaving rows' extraction read it, use that.
         dead = min(known[i] for i in keep) if known is not None else min(self.left_padding.tolist())
