@@ -29,6 +29,8 @@ steps are timed after a few warm-up steps. Paths:
 - loop_folded: `loop` with omlx's folded attention (`engine.decode_attention = "folded"`,
   omlx/mlx_lm_compat/decode_attention.py): the masked one-query attention as two plain
   batched matmuls, the GQA group folded into the query rows;
+- loop_kernel: `loop` with omlx's attention kernel (`engine.decode_attention = "kernel"`,
+  omlx/mlx_lm_compat/attention_kernel.py, CUDA only): one custom kernel a layer;
 - static: the same loop over a fixed-capacity cache (one slice_update per layer at a
   position held in an array, a mask built from it), so every step has the same shapes;
 - compiled: `static` under mx.compile: one traced graph replayed every step.
@@ -77,6 +79,7 @@ PATHS = (
     "loop",
     "loop_nomask",
     "loop_folded",
+    "loop_kernel",
     "static",
     "compiled",
 )
@@ -248,8 +251,12 @@ def prefill(model, prompts):
 
 @contextlib.contextmanager
 def attention_variant(model, kind):
-    """loop_folded: the batched one-query steps take omlx's folded attention
-    (`engine.decode_attention = "folded"`)."""
+    """loop_folded / loop_kernel: the batched one-query steps take omlx's folded
+    attention or its attention kernel (`engine.decode_attention`)."""
+    from omlx.mlx_lm_compat.attention_kernel import (
+        restore_kernel_attention,
+        use_kernel_attention,
+    )
     from omlx.mlx_lm_compat.decode_attention import (
         restore_decode_attention,
         use_folded_decode_attention,
@@ -257,10 +264,13 @@ def attention_variant(model, kind):
 
     if kind == "loop_folded":
         use_folded_decode_attention(model)
+    elif kind == "loop_kernel":
+        use_kernel_attention(model)
     try:
         yield
     finally:
         restore_decode_attention(model)
+        restore_kernel_attention(model)
 
 
 def loop_path(model, prompts, steps, warm, kind, clock):
@@ -272,7 +282,7 @@ def loop_path(model, prompts, steps, warm, kind, clock):
     if kind == "loop_nomask":
         for c in cache:  # equal prompt lengths: no left padding, nothing to mask
             c.make_mask = lambda n, return_array=False, **kw: None
-    if kind not in ("loop", "loop_nomask", "loop_folded"):
+    if kind not in ("loop", "loop_nomask", "loop_folded", "loop_kernel"):
         cap = -(-(n + steps + warm + 1) // 256) * 256
         kv = []
         for c in cache:

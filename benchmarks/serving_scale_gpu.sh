@@ -14,7 +14,8 @@
 # at 64 and 128 (label "fused-folded"), then the bare generator again. ORDER=quantized:
 # the shape with 4-bit weights, the bare generator then the defaults over HTTP (labels
 # "q4-bare", "q4"), after an untimed warm-up. ORDER=check: the bare generator, an untimed
-# warm-up, the defaults over HTTP, the bare generator again. Where nvidia-smi exists, its plain report (the card, clocks,
+# warm-up, the defaults over HTTP, the bare generator again. ORDER=kernel: ORDER=check
+# plus `engine.decode_attention = "kernel"` over HTTP after the defaults. Where nvidia-smi exists, its plain report (the card, clocks,
 # power, other processes) goes into the log at the start and again at the end.
 #   benchmarks/serving_scale_gpu.sh TOKENIZER_DIR WORKDIR [BUDGET_S] [LEVELS]
 set -euo pipefail
@@ -96,6 +97,19 @@ elif [ "${ORDER:-}" = check ]; then
     python3 benchmarks/serving_scale.py "${common[@]}" \
         --levels "$levels" --paths omlx_http --label warm-up --budget-s "$budget"
     auto omlx_http
+    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
+        --label bare-after --budget-s "$budget"
+elif [ "${ORDER:-}" = kernel ]; then
+    # ORDER=check with one more HTTP run: `engine.decode_attention = "kernel"` (label
+    # "kernel"), omlx's own CUDA attention kernel, after the defaults.
+    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
+        --label bare-before --budget-s "$budget"
+    python3 benchmarks/serving_scale.py "${common[@]}" \
+        --levels "$levels" --paths omlx_http --label warm-up --budget-s "$budget"
+    auto omlx_http
+    OMLX_ENGINE__DECODE_ATTENTION=kernel python3 benchmarks/serving_scale.py "${common[@]}" \
+        --levels "$levels" --paths omlx_http --label kernel --budget-s "$budget"
+    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-kernel.jsonl.gz" || true
     python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
         --label bare-after --budget-s "$budget"
 elif [ "${ORDER:-}" = folded ]; then

@@ -131,11 +131,14 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
         _doc("Import dtype for the default model; auto = float32 on CPU, 4-bit kept on GPU"),
     ] = "auto"
     decode_attention: Annotated[
-        Literal["mlx", "folded"],
+        Literal["mlx", "folded", "kernel"],
         _doc(
             "Attention of batched decode steps: mlx (MLX's own; with a padding mask on "
-            "CUDA its composed fallback) or folded (two plain matmuls, the GQA group folded "
-            "into the query rows; experimental, see omlx/mlx_lm_compat/decode_attention.py)"
+            "CUDA its composed fallback), folded (two plain matmuls, the GQA group folded "
+            "into the query rows; experimental, see omlx/mlx_lm_compat/decode_attention.py) "
+            "or kernel (NVIDIA GPUs only: one custom CUDA kernel a layer for 1-16 queries, "
+            "masked or not, reading each key once per GQA group; experimental, see "
+            "omlx/mlx_lm_compat/attention_kernel.py)"
         ),
     ] = "mlx"
     fused_projections: Annotated[

@@ -24,6 +24,7 @@ from omlx.engine.sampling import (
 )
 from omlx.mlx_lm_compat import StopSequences
 from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
+from omlx.mlx_lm_compat.attention_kernel import use_kernel_attention
 from omlx.mlx_lm_compat.decode_attention import use_folded_decode_attention
 from omlx.platform.device import on_cuda, on_gpu
 from omlx.settings import EngineSettings
@@ -49,6 +50,8 @@ class MLXBackend:
     def new_generator(self, loaded: LoadedModel) -> FusedJoinBatchGenerator:
         if self.settings.decode_attention == "folded":
             use_folded_decode_attention(loaded.model)
+        elif self.settings.decode_attention == "kernel" and on_cuda():
+            use_kernel_attention(loaded.model)
         return FusedJoinBatchGenerator(
             loaded.model,
             completion_batch_size=self.settings.max_running,

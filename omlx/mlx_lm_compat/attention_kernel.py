@@ -1,0 +1,276 @@
+"""Attention of a few queries as one custom CUDA kernel a layer.
+
+MLX 0.32's CUDA backend has a fused attention kernel only for up to 3 queries and no
+array mask (its sdpa_vector rule). A batched decode step always brings one (BatchKVCache
+masks every row's left padding), so on CUDA each layer takes the composed fallback:
+`q @ k^T` as a batched GEMV that reads every key once per query head of the GQA group,
+a select, a softmax and `probs @ v`, five graph nodes or more a layer. On an H200 with the
+Qwen3-8B shape at 64 rows that attention took ~5 ms of a ~14 ms step's GPU time
+(benchmarks/results/decode_step_anatomy_folded_h200.jsonl), and each node costs the
+host tens of microseconds to record on a host-bound step.
+
+Here one kernel does a layer's attention: a thread block per (row, KV head, chunk of
+query vectors), so each key and value is read once for the whole GQA group; each warp
+walks every WARPS-th key with an online (flash) softmax, and the warps' partial results
+are merged through shared memory. The mask is read as it is (boolean, any broadcast
+shape over [B, H, L, S]); "causal" (L queries at the end of S keys) and None need no
+array. Queries, keys and values are read through their strides, so the cache's slice
+views and the transposed queries cost no copy, and the output is written in the
+[B, L, H, D] layout the model reshapes next, returned as a [B, H, L, D] view.
+
+Same math as MLX's fallback (scale, mask, float32 softmax), not the same rounding order.
+`engine.decode_attention = "kernel"` installs it (CUDA only);
+`benchmarks/attention_kernel_check.py` checks it against MLX's attention on the GPU and
+times both.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import mlx.core as mx
+
+from omlx.mlx_lm_compat.attention_patch import patch_attention, restore_attention
+
+_PATCHED = "_omlx_kernel_attention"
+MAX_QUERIES = 16  # a DFlash block; a longer pass is a prefill, where MLX's own is fused
+HEAD_DIMS = (64, 96, 128, 256)  # whole warps of elements
+_DTYPES = (mx.bfloat16, mx.float16, mx.float32)
+WARPS = 8
+
+_MASK_LOOKUP = """
+      if (allowed) {
+        const int64_t mi = (mask_shape[0] == 1 ? 0 : b) * mask_strides[0]
+            + (mask_shape[1] == 1 ? 0 : head[i]) * mask_strides[1]
+            + (mask_shape[2] == 1 ? 0 : ql[i]) * mask_strides[2]
+            + s * mask_strides[3];
+        allowed = mask[mi];
+      }
+"""
+
+_SOURCE = """
+  constexpr int E = HEAD_DIM / 32;  // elements a lane holds: d = lane + 32 * e
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int b = blockIdx.y / KV_HEADS;
+  const int kvh = blockIdx.y - b * KV_HEADS;
+  const int q0 = blockIdx.z * QPB;
+  const int S = keys_shape[2];
+  const int qoff = S - QLEN;  // query l sits at key position qoff + l
+  const float scale_log2 = __int_as_float(SCALE_BITS) * 1.4426950408889634f;
+
+  float q[QPB][E];
+  float o[QPB][E];
+  float m[QPB];
+  float lsum[QPB];
+  int head[QPB];
+  int ql[QPB];
+  bool live[QPB];
+#pragma unroll
+  for (int i = 0; i < QPB; ++i) {
+    const int v = q0 + i;  // query vector over (group member g, query l): v = g * QLEN + l
+    live[i] = v < GQA * QLEN;
+    const int g = live[i] ? v / QLEN : 0;
+    ql[i] = live[i] ? v - g * QLEN : 0;
+    head[i] = kvh * GQA + g;
+    const T* qp = queries + b * queries_strides[0] + head[i] * queries_strides[1]
+        + ql[i] * queries_strides[2];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      q[i][e] = live[i]
+          ? static_cast<float>(qp[(lane + 32 * e) * queries_strides[3]]) * scale_log2
+          : 0.f;
+      o[i][e] = 0.f;
+    }
+    m[i] = -inf;
+    lsum[i] = 0.f;
+  }
+
+  const T* kp = keys + b * keys_strides[0] + kvh * keys_strides[1];
+  const T* vp = values + b * values_strides[0] + kvh * values_strides[1];
+  for (int s = warp; s < S; s += WARPS) {
+    const T* ks = kp + s * keys_strides[2];
+    const T* vs = vp + s * values_strides[2];
+    float k[E];
+    float val[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      k[e] = static_cast<float>(ks[(lane + 32 * e) * keys_strides[3]]);
+      val[e] = static_cast<float>(vs[(lane + 32 * e) * values_strides[3]]);
+    }
+#pragma unroll
+    for (int i = 0; i < QPB; ++i) {
+      bool allowed = live[i] && (!CAUSAL || s <= qoff + ql[i]);
+      MASK_LOOKUP
+      if (!allowed) {
+        continue;  // the same for every lane of the warp: no shuffle is left waiting
+      }
+      float dot = 0.f;
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        dot += q[i][e] * k[e];
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        dot += __shfl_xor_sync(0xffffffff, dot, off);
+      }
+      const float mn = fmaxf(m[i], dot);
+      const float f = exp2f(m[i] - mn);
+      const float p = exp2f(dot - mn);
+      lsum[i] = lsum[i] * f + p;
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        o[i][e] = o[i][e] * f + p * val[e];
+      }
+      m[i] = mn;
+    }
+  }
+
+  __shared__ float sm_m[QPB][WARPS];
+  __shared__ float sm_l[QPB][WARPS];
+  __shared__ float sm_o[WARPS][HEAD_DIM];
+  if (lane == 0) {
+#pragma unroll
+    for (int i = 0; i < QPB; ++i) {
+      sm_m[i][warp] = m[i];
+      sm_l[i][warp] = lsum[i];
+    }
+  }
+  const int H = KV_HEADS * GQA;
+#pragma unroll
+  for (int i = 0; i < QPB; ++i) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      sm_o[warp][lane + 32 * e] = o[i][e];
+    }
+    __syncthreads();
+    if (live[i]) {
+      float M = -inf;
+      for (int w = 0; w < WARPS; ++w) {
+        M = fmaxf(M, sm_m[i][w]);
+      }
+      float total = 0.f;
+      for (int w = 0; w < WARPS; ++w) {
+        total += sm_m[i][w] == -inf ? 0.f : sm_l[i][w] * exp2f(sm_m[i][w] - M);
+      }
+      T* op = out + ((int64_t(b) * QLEN + ql[i]) * H + head[i]) * HEAD_DIM;
+      for (int d = threadIdx.x; d < HEAD_DIM; d += WARPS * 32) {
+        float acc = 0.f;
+        for (int w = 0; w < WARPS; ++w) {
+          acc += sm_m[i][w] == -inf ? 0.f : sm_o[w][d] * exp2f(sm_m[i][w] - M);
+        }
+        op[d] = static_cast<T>(total > 0.f ? acc / total : 0.f);
+      }
+    }
+    __syncthreads();
+  }
+"""
+
+_kernels: dict[bool, Any] = {}
+
+
+def _kernel(masked: bool) -> Any:
+    """The compiled-on-first-use kernel object, with or without a mask input."""
+    kernel = _kernels.get(masked)
+    if kernel is None:
+        source = _SOURCE.replace("MASK_LOOKUP", _MASK_LOOKUP if masked else "")
+        names = ["queries", "keys", "values"] + (["mask"] if masked else [])
+        kernel = mx.fast.cuda_kernel(
+            name="omlx_attention_masked" if masked else "omlx_attention",
+            input_names=names,
+            output_names=["out"],
+            source=source,
+            ensure_row_contiguous=False,  # strides are read; no copy of the cache views
+        )
+        _kernels[masked] = kernel
+    return kernel
+
+
+def queries_per_block(group: int, queries: int, head_dim: int) -> int:
+    """Query vectors one block holds in registers: about 32 floats a lane for each of
+    the queries and the output accumulators."""
+    return max(1, min(group * queries, 32 // (head_dim // 32)))
+
+
+def _mask_4d(mask: mx.array) -> mx.array:
+    return mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))
+
+
+def takes_kernel(queries: Any, keys: Any, values: Any, mask: Any) -> bool:
+    """Whether `kernel_attention` computes this call: 1-16 queries of a supported head
+    size and dtype, and a mask it can read (None, "causal" or boolean over the keys).
+    A lone unmasked query is left to MLX's own fused kernel."""
+    if not (isinstance(queries, mx.array) and queries.ndim == 4 and keys.ndim == 4):
+        return False
+    b, heads, n, d = queries.shape
+    if not 1 <= n <= MAX_QUERIES or d not in HEAD_DIMS:
+        return False
+    if queries.dtype not in _DTYPES or keys.dtype != queries.dtype:
+        return False
+    if values.dtype != queries.dtype or values.shape[-1] != d or keys.shape[-1] != d:
+        return False
+    kv = keys.shape[1]
+    if heads % kv or keys.shape[2] < n or keys.shape[0] != b:
+        return False
+    if mask is None:
+        return n > 1
+    if isinstance(mask, str):
+        return mask == "causal"
+    if not isinstance(mask, mx.array) or mask.dtype != mx.bool_ or not 1 <= mask.ndim <= 4:
+        return False
+    m = (1,) * (4 - mask.ndim) + tuple(mask.shape)
+    return m[0] in (1, b) and m[1] in (1, heads) and m[2] in (1, n) and m[3] == keys.shape[2]
+
+
+def kernel_attention(
+    queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: Any
+) -> mx.array:
+    """queries [B, H, L, D]; keys, values [B, KV, S, D]; mask None, "causal" or boolean
+    (True = attend) broadcastable to [B, H, L, S]. Returns [B, H, L, D]."""
+    b, heads, n, d = queries.shape
+    kv = keys.shape[1]
+    group = heads // kv
+    qpb = queries_per_block(group, n, d)
+    masked = isinstance(mask, mx.array)
+    inputs = [queries, keys, values] + ([_mask_4d(mask)] if masked else [])
+    (scale_bits,) = struct.unpack("<i", struct.pack("<f", float(scale)))
+    (out,) = _kernel(masked)(
+        inputs=inputs,
+        template=[
+            ("T", queries.dtype),
+            ("HEAD_DIM", d),
+            ("GQA", group),
+            ("KV_HEADS", kv),
+            ("QLEN", n),
+            ("QPB", qpb),
+            ("WARPS", WARPS),
+            ("CAUSAL", isinstance(mask, str)),
+            ("SCALE_BITS", scale_bits),
+        ],
+        grid=(WARPS * 32, b * kv, -(-group * n // qpb)),
+        threadgroup=(WARPS * 32, 1, 1),
+        output_shapes=[(b, n, heads, d)],
+        output_dtypes=[queries.dtype],
+    )
+    return out.transpose(0, 2, 1, 3)
+
+
+def use_kernel_attention(model: Any) -> int:
+    """Route `model`'s attention of 1-16 queries through `kernel_attention` (CUDA only:
+    the caller checks). Patches the modules its layers come from; idempotent. Returns
+    how many modules were patched now."""
+    return patch_attention(model, takes_kernel, kernel_attention, _PATCHED)
+
+
+def restore_kernel_attention(model: Any) -> None:
+    restore_attention(model, _PATCHED)
+
+
+__all__ = [
+    "kernel_attention",
+    "queries_per_block",
+    "restore_kernel_attention",
+    "takes_kernel",
+    "use_kernel_attention",
+]

@@ -1,0 +1,124 @@
+"""The custom CUDA attention kernel: which calls it takes (everywhere), and on a CUDA GPU
+the same attention as MLX's and the same tokens."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+
+from omlx.engine.mlx_backend import MLXBackend
+from omlx.mlx_lm_compat.attention_kernel import (
+    kernel_attention,
+    queries_per_block,
+    restore_kernel_attention,
+    takes_kernel,
+    use_kernel_attention,
+)
+from omlx.settings import EngineSettings
+from tests.mlx.draft.conftest import build_target
+
+cuda = pytest.mark.skipif(not mx.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _qkv(b=3, heads=8, kv=2, n=1, s=20, d=64, dtype=mx.float32):
+    q = mx.zeros((b, heads, n, d), dtype)
+    k = mx.zeros((b, kv, s, d), dtype)
+    return q, k, mx.zeros((b, kv, s, d), dtype)
+
+
+def test_takes_masked_decode_and_short_blocks():
+    q, k, v = _qkv()
+    left = (mx.arange(20)[None] >= mx.array([0, 2, 5])[:, None])[:, None, None, :]
+    assert takes_kernel(q, k, v, left)
+    assert takes_kernel(q, k, v, left[0])  # broadcast over the rows
+    q16, k16, v16 = _qkv(b=1, heads=9, kv=3, n=16, s=40)
+    assert takes_kernel(q16, k16, v16, "causal")
+    assert takes_kernel(q16, k16, v16, None)  # a draft block attends to everything
+    full = mx.ones((1, 9, 16, 40), mx.bool_)
+    assert takes_kernel(q16, k16, v16, full)
+
+
+def test_leaves_the_rest_to_mlx():
+    q, k, v = _qkv()
+    assert not takes_kernel(q, k, v, None)  # a lone query, no mask: MLX's fused kernel
+    assert not takes_kernel(q, k, v, mx.zeros((3, 1, 1, 20)))  # additive mask
+    assert not takes_kernel(q, k, v, mx.ones((3, 1, 1, 19), mx.bool_))  # wrong length
+    assert not takes_kernel(q, k, v, mx.ones((2, 1, 1, 20), mx.bool_))  # wrong rows
+    assert not takes_kernel(*_qkv(n=17), "causal")  # a prefill chunk
+    assert not takes_kernel(*_qkv(d=80), "causal")  # not whole warps of elements
+    assert not takes_kernel(*_qkv(heads=6, kv=4), "causal")
+    q32, k32, v32 = _qkv()
+    assert not takes_kernel(q32, k32.astype(mx.bfloat16), v32, "causal")
+    assert not takes_kernel(*_qkv(n=4, s=3), "causal")  # more queries than keys
+
+
+def test_queries_per_block_fits_the_registers():
+    assert queries_per_block(4, 1, 128) == 4  # Qwen3-8B decode: the whole group
+    assert queries_per_block(3, 16, 64) == 16  # SmolLM2 verify: 48 vectors in 3 blocks
+    assert queries_per_block(8, 1, 256) == 4
+    assert queries_per_block(1, 1, 64) == 1
+
+
+def test_the_engine_setting_installs_it_on_cuda_only():
+    import sys
+
+    from omlx.engine.loading import LoadedModel
+
+    model = build_target("llama")
+    module = sys.modules[type(model.model.layers[0].self_attn).__module__]
+    original = module.scaled_dot_product_attention
+    loaded = LoadedModel(model, None, None, frozenset(), 0)  # type: ignore[arg-type]
+    try:
+        MLXBackend(EngineSettings(decode_attention="kernel")).new_generator(loaded).close()
+        patched = module.scaled_dot_product_attention is not original
+        assert patched == mx.cuda.is_available()
+    finally:
+        restore_kernel_attention(model)
+    assert module.scaled_dot_product_attention is original
+
+
+@cuda
+@pytest.mark.parametrize(
+    "b,heads,kv,n,d,mask_kind,dtype",
+    [
+        (5, 8, 2, 1, 64, "left", mx.float32),
+        (5, 32, 8, 1, 128, "left", mx.bfloat16),
+        (1, 9, 3, 16, 64, "causal", mx.float32),
+        (1, 9, 3, 16, 64, "none", mx.float32),
+        (2, 4, 4, 16, 128, "array", mx.float16),
+    ],
+)
+def test_kernel_equals_mlx_attention(b, heads, kv, n, d, mask_kind, dtype):
+    s, extra = 45, 6
+    mx.random.seed(0)
+    q = mx.random.normal((b, n, heads, d)).astype(dtype).transpose(0, 2, 1, 3)
+    kbuf = mx.random.normal((b, kv, s + 2 * extra, d)).astype(dtype)
+    vbuf = mx.random.normal((b, kv, s + 2 * extra, d)).astype(dtype)
+    k, v = kbuf[:, :, extra : extra + s], vbuf[:, :, extra : extra + s]
+    if mask_kind == "left":
+        left = mx.array([0, 3, 7, 0, 20][:b])
+        mask = (mx.arange(s)[None] >= left[:, None])[:, None, None, :]
+    elif mask_kind == "array":
+        mask = (mx.arange(s - n, s)[:, None] >= mx.arange(s)[None])[None, None]
+    else:
+        mask = "causal" if mask_kind == "causal" else None
+    assert takes_kernel(q, k, v, mask)
+    got = kernel_attention(q, k, v, d**-0.5, mask)
+    want = mx.fast.scaled_dot_product_attention(q, k, v, scale=d**-0.5, mask=mask)
+    assert got.shape == want.shape
+    tol = 1e-4 if dtype == mx.float32 else 2e-2
+    assert mx.allclose(got.astype(mx.float32), want.astype(mx.float32), atol=tol).item()
+
+
+@cuda
+def test_batched_decode_gives_the_same_tokens_with_the_kernel():
+    from tests.mlx.engine.test_decode_attention import _generate
+
+    model = build_target("qwen3")
+    prompts = [[3, 17, 42, 99, 5], [8, 1, 2], [250, 4, 9, 33, 70, 71, 12], [6]]
+    plain = _generate(model, prompts)
+    use_kernel_attention(model)
+    try:
+        assert _generate(model, prompts) == plain
+    finally:
+        restore_kernel_attention(model)
