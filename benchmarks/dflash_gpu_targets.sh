@@ -13,6 +13,8 @@
 #   keep-gemv      keep (below) with the target's few-query attention and the draft's linears
 #                  and attention as batched gemvs (`--row-gemv`, row_attention.py): what
 #                  `omlx serve` runs on CUDA (engine.row_gemv auto chooses the 4-bit model);
+#   float32-kernel float32-gemv with the target's attention of the verify as omlx's own CUDA
+#                  kernel (`--attention-kernel`, attention_kernel.py); keep-kernel likewise;
 #   keep           its Q4_1 blocks kept as MLX 4-bit with float16 activations: what
 #                  `omlx serve` imports its default model as on a GPU (engine.dtype auto).
 #                  On CUDA a quantized matmul of several rows is MLX's own kernel, a graph
@@ -32,8 +34,8 @@ first=$(ls "$parts"/*.gguf* | sort | head -1)
 start=$(date +%s)
 for arm in ${arms//,/ }; do
     case $arm in
-        float32|float32-fused|float32-gemv) dtype=float32 name=SmolLM2-135M-Instruct ;;
-        keep|keep-gemv) dtype=keep name=SmolLM2-135M-Instruct-q4 ;;
+        float32|float32-fused|float32-gemv|float32-kernel) dtype=float32 name=SmolLM2-135M-Instruct ;;
+        keep|keep-gemv|keep-kernel) dtype=keep name=SmolLM2-135M-Instruct-q4 ;;
         *) echo "unknown arm $arm" >&2; exit 2 ;;
     esac
     if [[ ! -f $OMLX_HOME/models/$name/config.json ]]; then
@@ -42,6 +44,7 @@ for arm in ${arms//,/ }; do
     flags=()
     [[ $arm == float32-fused ]] && flags=(--fused-projections)
     [[ $arm == float32-gemv || $arm == keep-gemv ]] && flags=(--row-gemv)
+    [[ $arm == *-kernel ]] && flags=(--row-gemv --attention-kernel)
     echo "== $arm after $(( $(date +%s) - start )) s"
     python3 -m benchmarks.dflash_trained --model "$OMLX_HOME/models/$name" --draft "$draft" \
         --per-category "${PER_CATEGORY:-5}" --max-tokens "${MAX_TOKENS:-128}" \

@@ -103,6 +103,13 @@ def main() -> None:
         "few rows as batched gemvs (omlx/mlx_lm_compat/row_gemv.py, row_attention.py): on "
         "CUDA, no cuBLASLt capture per matmul",
     )
+    ap.add_argument(
+        "--attention-kernel",
+        action="store_true",
+        help="the target's attention of 1-16 queries as omlx's custom CUDA kernel "
+        "(engine.decode_attention = kernel, omlx/mlx_lm_compat/attention_kernel.py); "
+        "after --row-gemv's, so it takes the verify's attention first",
+    )
     ap.add_argument("--out", default=None, help="append JSON lines here")
     args = ap.parse_args()
     from omlx.platform.blas import reexec_with_blas
@@ -128,6 +135,10 @@ def main() -> None:
 
         use_row_gemv(model)
         use_row_gemv(draft)
+    if args.attention_kernel:
+        from omlx.mlx_lm_compat.attention_kernel import use_kernel_attention
+
+        use_kernel_attention(model)
     records = select(read_prompt_file(), split="heldout")
     categories = args.categories.split(",")
     prompts = {
@@ -141,6 +152,7 @@ def main() -> None:
         "model_dtype": str(model.model.embed_tokens.weight.dtype),
         "fused_projections": args.fused_projections,
         "row_gemv": args.row_gemv,
+        "attention_kernel": args.attention_kernel,
         "draft": str(args.draft),
         "max_tokens": args.max_tokens,
         "device": str(mx.default_device()),
