@@ -49,6 +49,21 @@ _MASK_LOOKUP = """
       }
 """
 
+# Conversions by name: a bare cast to __nv_bfloat16 needs CUDA's implicit conversions on.
+_HEADER = """
+namespace omlx_attention {
+__device__ inline float to_float(float x) { return x; }
+__device__ inline float to_float(__half x) { return __half2float(x); }
+__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ inline T from_float(float x);
+template <> __device__ inline float from_float<float>(float x) { return x; }
+template <> __device__ inline __half from_float<__half>(float x) { return __float2half(x); }
+template <> __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16(x);
+}
+}  // namespace omlx_attention
+"""
+
 _SOURCE = """
   constexpr int E = HEAD_DIM / 32;  // elements a lane holds: d = lane + 32 * e
   const int lane = threadIdx.x & 31;
@@ -79,7 +94,7 @@ _SOURCE = """
 #pragma unroll
     for (int e = 0; e < E; ++e) {
       q[i][e] = live[i]
-          ? static_cast<float>(qp[(lane + 32 * e) * queries_strides[3]]) * scale_log2
+          ? omlx_attention::to_float(qp[(lane + 32 * e) * queries_strides[3]]) * scale_log2
           : 0.f;
       o[i][e] = 0.f;
     }
@@ -96,8 +111,8 @@ _SOURCE = """
     float val[E];
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-      k[e] = static_cast<float>(ks[(lane + 32 * e) * keys_strides[3]]);
-      val[e] = static_cast<float>(vs[(lane + 32 * e) * values_strides[3]]);
+      k[e] = omlx_attention::to_float(ks[(lane + 32 * e) * keys_strides[3]]);
+      val[e] = omlx_attention::to_float(vs[(lane + 32 * e) * values_strides[3]]);
     }
 #pragma unroll
     for (int i = 0; i < QPB; ++i) {
@@ -160,7 +175,7 @@ _SOURCE = """
         for (int w = 0; w < WARPS; ++w) {
           acc += sm_m[i][w] == -inf ? 0.f : sm_o[w][d] * exp2f(sm_m[i][w] - M);
         }
-        op[d] = static_cast<T>(total > 0.f ? acc / total : 0.f);
+        op[d] = omlx_attention::from_float<T>(total > 0.f ? acc / total : 0.f);
       }
     }
     __syncthreads();
@@ -181,6 +196,7 @@ def _kernel(masked: bool) -> Any:
             input_names=names,
             output_names=["out"],
             source=source,
+            header=_HEADER,
             ensure_row_contiguous=False,  # strides are read; no copy of the cache views
         )
         _kernels[masked] = kernel
