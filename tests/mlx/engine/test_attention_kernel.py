@@ -7,6 +7,7 @@ import mlx.core as mx
 import pytest
 
 from omlx.engine.mlx_backend import MLXBackend
+from omlx.mlx_lm_compat import attention_kernel
 from omlx.mlx_lm_compat.attention_kernel import (
     kernel_attention,
     queries_per_block,
@@ -15,6 +16,7 @@ from omlx.mlx_lm_compat.attention_kernel import (
     use_kernel_attention,
 )
 from omlx.settings import EngineSettings
+from tests.fixtures.cuda_host_sim import Case, build_program, compiler, run_cases
 from tests.mlx.draft.conftest import build_target
 
 cuda = pytest.mark.skipif(not mx.cuda.is_available(), reason="needs a CUDA GPU")
@@ -122,3 +124,27 @@ def test_batched_decode_gives_the_same_tokens_with_the_kernel():
         assert _generate(model, prompts) == plain
     finally:
         restore_kernel_attention(model)
+
+
+@pytest.mark.skipif(compiler() is None, reason="needs g++ (C++20) to run the kernel's source")
+def test_the_kernel_source_computes_attention_on_host_threads(tmp_path):
+    """The CUDA source itself, run on host threads (tests/fixtures/cuda_host_sim.py):
+    masked decode with GQA, a causal 16-query verify, a full draft block, head sizes 64 /
+    96 / 128, strided queries and keys that start inside their buffers."""
+    cases = [
+        Case(rows=3, kv_heads=2, group=4, queries=1, keys=45, head_dim=128, mask="array"),
+        Case(rows=1, kv_heads=3, group=3, queries=16, keys=40, head_dim=64, mask="causal"),
+        Case(rows=2, kv_heads=1, group=3, queries=16, keys=37, head_dim=64, mask="none"),
+        Case(rows=2, kv_heads=2, group=2, queries=5, keys=23, head_dim=96, mask="causal"),
+    ]
+    program = build_program(
+        attention_kernel._SOURCE,
+        attention_kernel._MASK_LOOKUP,
+        attention_kernel._HEADER,
+        cases,
+        queries_per_block,
+        attention_kernel.WARPS,
+    )
+    errors = run_cases(program, tmp_path)
+    assert len(errors) == len(cases)
+    assert max(errors) < 1e-5, errors
