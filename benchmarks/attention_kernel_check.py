@@ -153,8 +153,11 @@ def main() -> int:
         err_ours = mx.abs(ours.astype(mx.float32) - ref).max().item()
         err_mlx = mx.abs(theirs.astype(mx.float32) - ref).max().item()
         line.update(max_err_kernel=round(err_ours, 6), max_err_mlx=round(err_mlx, 6))
-        # the kernel may round differently, never much worse than MLX's own
-        bound = max(2 * err_mlx, 1e-4 if case[7] == "float32" else 2e-2)
+        # The kernel may round differently, never much worse than MLX's own. In float32
+        # the reference and MLX's attention are made of MLX's CUDA matmuls, which round
+        # through TF32 (10-bit mantissa), so MLX can match the reference exactly while
+        # the kernel's plain float32 FMAs land ~1e-4 away (the first H100 run).
+        bound = max(2 * err_mlx, 5e-4 if case[7] == "float32" else 2e-2)
         line["ok"] = bool(err_ours <= bound) and ours.shape == theirs.shape
         failed += not line["ok"]
         ks = [(k + 0.001 * i, v) for i in range(layers)]  # one layer's keys each

@@ -59,7 +59,10 @@ class TraceWindow:
     def _read_meta(self) -> None:
         with contextlib.suppress(OSError):
             for line in self.path.read_text().splitlines():
-                row = json.loads(line)
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:  # the server is still writing this line
+                    break
                 if row.get("kind") == "meta":
                     self.pid, self.engine_tid = row["pid"], row["engine_tid"]
         if self.pid is not None:

@@ -23,8 +23,8 @@ from omlx.engine.sampling import (
     token_logprobs,
 )
 from omlx.mlx_lm_compat import StopSequences
+from omlx.mlx_lm_compat.attention_kernel import use_kernel_attention, warm_kernel_attention
 from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
-from omlx.mlx_lm_compat.attention_kernel import use_kernel_attention
 from omlx.mlx_lm_compat.decode_attention import use_folded_decode_attention
 from omlx.platform.device import on_cuda, on_gpu
 from omlx.settings import EngineSettings
@@ -48,10 +48,12 @@ class MLXBackend:
         )
 
     def new_generator(self, loaded: LoadedModel) -> FusedJoinBatchGenerator:
-        if self.settings.decode_attention == "folded":
+        attention = self.settings.attention_mode(cuda=on_cuda())
+        if attention == "folded":
             use_folded_decode_attention(loaded.model)
-        elif self.settings.decode_attention == "kernel" and on_cuda():
-            use_kernel_attention(loaded.model)
+        elif attention in ("kernel", "decode_kernel"):
+            use_kernel_attention(loaded.model, batched_decode_only=attention == "decode_kernel")
+            warm_kernel_attention(loaded.model)
         return FusedJoinBatchGenerator(
             loaded.model,
             completion_batch_size=self.settings.max_running,

@@ -52,6 +52,7 @@ _MASK_LOOKUP = """
 # Conversions by name: a bare cast to __nv_bfloat16 needs CUDA's implicit conversions on.
 _HEADER = """
 namespace omlx_attention {
+__device__ inline float neg_inf() { return __int_as_float(int(0xff800000u)); }
 __device__ inline float to_float(float x) { return x; }
 __device__ inline float to_float(__half x) { return __half2float(x); }
 __device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
@@ -98,7 +99,7 @@ _SOURCE = """
           : 0.f;
       o[i][e] = 0.f;
     }
-    m[i] = -inf;
+    m[i] = omlx_attention::neg_inf();
     lsum[i] = 0.f;
   }
 
@@ -161,19 +162,19 @@ _SOURCE = """
     }
     __syncthreads();
     if (live[i]) {
-      float M = -inf;
+      float M = omlx_attention::neg_inf();
       for (int w = 0; w < WARPS; ++w) {
         M = fmaxf(M, sm_m[i][w]);
       }
       float total = 0.f;
       for (int w = 0; w < WARPS; ++w) {
-        total += sm_m[i][w] == -inf ? 0.f : sm_l[i][w] * exp2f(sm_m[i][w] - M);
+        total += sm_m[i][w] == omlx_attention::neg_inf() ? 0.f : sm_l[i][w] * exp2f(sm_m[i][w] - M);
       }
       T* op = out + ((int64_t(b) * QLEN + ql[i]) * H + head[i]) * HEAD_DIM;
       for (int d = threadIdx.x; d < HEAD_DIM; d += WARPS * 32) {
         float acc = 0.f;
         for (int w = 0; w < WARPS; ++w) {
-          acc += sm_m[i][w] == -inf ? 0.f : sm_o[w][d] * exp2f(sm_m[i][w] - M);
+          acc += sm_m[i][w] == omlx_attention::neg_inf() ? 0.f : sm_o[w][d] * exp2f(sm_m[i][w] - M);
         }
         op[d] = omlx_attention::from_float<T>(total > 0.f ? acc / total : 0.f);
       }
@@ -210,13 +211,17 @@ def queries_per_block(group: int, queries: int, head_dim: int) -> int:
 
 
 def _mask_4d(mask: mx.array) -> mx.array:
+    if mask.ndim == 4:
+        return mask  # a reshape to the same shape would still be a graph node
     return mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))
 
 
 def takes_kernel(queries: Any, keys: Any, values: Any, mask: Any) -> bool:
     """Whether `kernel_attention` computes this call: 1-16 queries of a supported head
     size and dtype, and a mask it can read (None, "causal" or boolean over the keys).
-    A lone unmasked query is left to MLX's own fused kernel."""
+    Left to MLX: a lone unmasked query (its own fused kernel) and half-precision queries
+    under "causal" (cuDNN's fused attention: 0.44 ms against the kernel's 0.82 for 30
+    layers of a 16-query verify on an H100, attention_kernel_check_h100.jsonl)."""
     if not (isinstance(queries, mx.array) and queries.ndim == 4 and keys.ndim == 4):
         return False
     b, heads, n, d = queries.shape
@@ -232,11 +237,51 @@ def takes_kernel(queries: Any, keys: Any, values: Any, mask: Any) -> bool:
     if mask is None:
         return n > 1
     if isinstance(mask, str):
-        return mask == "causal"
+        return mask == "causal" and queries.dtype == mx.float32
     if not isinstance(mask, mx.array) or mask.dtype != mx.bool_ or not 1 <= mask.ndim <= 4:
         return False
     m = (1,) * (4 - mask.ndim) + tuple(mask.shape)
     return m[0] in (1, b) and m[1] in (1, heads) and m[2] in (1, n) and m[3] == keys.shape[2]
+
+
+def takes_batched_decode(queries: Any, keys: Any, values: Any, mask: Any) -> bool:
+    """`takes_kernel` for one query a row under an array mask: the batched decode step.
+    A DFlash verify (several queries) keeps its own path, whose numbers match plain
+    decoding's exactly (row_attention.py)."""
+    return (
+        isinstance(mask, mx.array)
+        and isinstance(queries, mx.array)
+        and queries.ndim == 4
+        and queries.shape[2] == 1
+        and takes_kernel(queries, keys, values, mask)
+    )
+
+
+# (dtype, heads, kv heads, queries, head dim, masked, causal, scale) -> the call's
+# template and block layout; the rows only change the grid.
+_variants: dict[tuple, tuple[list, int, int]] = {}
+
+
+def _variant(dtype: Any, heads: int, kv: int, n: int, d: int, mask: Any, scale: float):
+    key = (dtype, heads, kv, n, d, isinstance(mask, mx.array), isinstance(mask, str), scale)
+    found = _variants.get(key)
+    if found is None:
+        group = heads // kv
+        qpb = queries_per_block(group, n, d)
+        (scale_bits,) = struct.unpack("<i", struct.pack("<f", float(scale)))
+        template = [
+            ("T", dtype),
+            ("HEAD_DIM", d),
+            ("GQA", group),
+            ("KV_HEADS", kv),
+            ("QLEN", n),
+            ("QPB", qpb),
+            ("WARPS", WARPS),
+            ("CAUSAL", isinstance(mask, str)),
+            ("SCALE_BITS", scale_bits),
+        ]
+        found = _variants[key] = (template, -(-group * n // qpb), group)
+    return found
 
 
 def kernel_attention(
@@ -246,25 +291,13 @@ def kernel_attention(
     (True = attend) broadcastable to [B, H, L, S]. Returns [B, H, L, D]."""
     b, heads, n, d = queries.shape
     kv = keys.shape[1]
-    group = heads // kv
-    qpb = queries_per_block(group, n, d)
+    template, chunks, _ = _variant(queries.dtype, heads, kv, n, d, mask, scale)
     masked = isinstance(mask, mx.array)
-    inputs = [queries, keys, values] + ([_mask_4d(mask)] if masked else [])
-    (scale_bits,) = struct.unpack("<i", struct.pack("<f", float(scale)))
+    inputs = [queries, keys, values, _mask_4d(mask)] if masked else [queries, keys, values]
     (out,) = _kernel(masked)(
         inputs=inputs,
-        template=[
-            ("T", queries.dtype),
-            ("HEAD_DIM", d),
-            ("GQA", group),
-            ("KV_HEADS", kv),
-            ("QLEN", n),
-            ("QPB", qpb),
-            ("WARPS", WARPS),
-            ("CAUSAL", isinstance(mask, str)),
-            ("SCALE_BITS", scale_bits),
-        ],
-        grid=(WARPS * 32, b * kv, -(-group * n // qpb)),
+        template=template,
+        grid=(WARPS * 32, b * kv, chunks),
         threadgroup=(WARPS * 32, 1, 1),
         output_shapes=[(b, n, heads, d)],
         output_dtypes=[queries.dtype],
@@ -272,11 +305,30 @@ def kernel_attention(
     return out.transpose(0, 2, 1, 3)
 
 
-def use_kernel_attention(model: Any) -> int:
-    """Route `model`'s attention of 1-16 queries through `kernel_attention` (CUDA only:
-    the caller checks). Patches the modules its layers come from; idempotent. Returns
-    how many modules were patched now."""
-    return patch_attention(model, takes_kernel, kernel_attention, _PATCHED)
+def use_kernel_attention(model: Any, batched_decode_only: bool = False) -> int:
+    """Route `model`'s attention of 1-16 queries (or, `batched_decode_only`, of one
+    query a row under a padding mask) through `kernel_attention` (CUDA only: the caller
+    checks). Patches the modules its layers come from; idempotent. Returns how many
+    modules were patched now."""
+    takes = takes_batched_decode if batched_decode_only else takes_kernel
+    return patch_attention(model, takes, kernel_attention, _PATCHED)
+
+
+def warm_kernel_attention(model: Any) -> bool:
+    """Compile the batched decode step's kernel now, at load, not in the first step of
+    two rows: MLX 0.32 keeps no disk copy of a custom kernel (its own it does), so each
+    process compiles it once, ~1.4 s on an H100 (the first two-row step of every HTTP
+    run, serving_scale_h100/http-trace-kernel-*.jsonl.gz). Two rows of one token each,
+    one of them left-padded, through the model itself. False where the model's caches
+    are not all plain KV caches (then the first step compiles it)."""
+    from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
+
+    if not all(type(c) is KVCache for c in make_prompt_cache(model)):
+        return False
+    cache = [BatchKVCache(left_padding=[1, 0]) for _ in range(len(model.layers))]
+    mx.eval(model(mx.array([[0, 1], [1, 1]]), cache=cache))
+    mx.eval(model(mx.array([[1], [1]]), cache=cache))
+    return True
 
 
 def restore_kernel_attention(model: Any) -> None:
@@ -287,6 +339,8 @@ __all__ = [
     "kernel_attention",
     "queries_per_block",
     "restore_kernel_attention",
+    "takes_batched_decode",
     "takes_kernel",
     "use_kernel_attention",
+    "warm_kernel_attention",
 ]

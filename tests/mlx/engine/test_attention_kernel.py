@@ -12,8 +12,10 @@ from omlx.mlx_lm_compat.attention_kernel import (
     kernel_attention,
     queries_per_block,
     restore_kernel_attention,
+    takes_batched_decode,
     takes_kernel,
     use_kernel_attention,
+    warm_kernel_attention,
 )
 from omlx.settings import EngineSettings
 from tests.fixtures.cuda_host_sim import Case, build_program, compiler, run_cases
@@ -116,7 +118,7 @@ def test_kernel_equals_mlx_attention(b, heads, kv, n, d, mask_kind, dtype):
 def test_batched_decode_gives_the_same_tokens_with_the_kernel():
     from tests.mlx.engine.test_decode_attention import _generate
 
-    model = build_target("qwen3")
+    model = build_target("qwen3", head_dim=64)  # a head size the kernel takes
     prompts = [[3, 17, 42, 99, 5], [8, 1, 2], [250, 4, 9, 33, 70, 71, 12], [6]]
     plain = _generate(model, prompts)
     use_kernel_attention(model)
@@ -148,3 +150,52 @@ def test_the_kernel_source_computes_attention_on_host_threads(tmp_path):
     errors = run_cases(program, tmp_path)
     assert len(errors) == len(cases)
     assert max(errors) < 1e-5, errors
+
+
+def test_auto_is_the_decode_kernel_on_cuda_only():
+    assert EngineSettings().decode_attention == "auto"
+    assert EngineSettings().attention_mode(cuda=True) == "decode_kernel"
+    assert EngineSettings().attention_mode(cuda=False) == "mlx"
+    assert EngineSettings(decode_attention="kernel").attention_mode(cuda=True) == "kernel"
+    assert EngineSettings(decode_attention="kernel").attention_mode(cuda=False) == "mlx"
+    assert EngineSettings(decode_attention="mlx").attention_mode(cuda=True) == "mlx"
+    assert EngineSettings(decode_attention="folded").attention_mode(cuda=True) == "folded"
+
+
+def test_the_batched_decode_mode_takes_one_masked_query_only():
+    q, k, v = _qkv()
+    left = (mx.arange(20)[None] >= mx.array([0, 2, 5])[:, None])[:, None, None, :]
+    assert takes_batched_decode(q, k, v, left)
+    assert not takes_batched_decode(q, k, v, None)
+    q16, k16, v16 = _qkv(b=1, heads=9, kv=3, n=16, s=40)
+    assert takes_kernel(q16, k16, v16, "causal")
+    assert not takes_batched_decode(q16, k16, v16, "causal")  # a verify keeps its path
+    assert not takes_batched_decode(q16, k16, v16, mx.ones((1, 1, 16, 40), mx.bool_))
+    half = [x.astype(mx.bfloat16) for x in (q16, k16, v16)]
+    assert not takes_kernel(*half, "causal")  # cuDNN's fused attention is faster there
+
+
+def test_warming_runs_a_masked_one_query_step_through_every_layer():
+    """What warm_kernel_attention makes the patched attention see: the one-token step of
+    two rows, one left-padded, in every layer (not the prefill of two tokens). On a CPU
+    the calls are recorded, not computed by the kernel."""
+    from omlx.mlx_lm_compat.attention_patch import patch_attention, restore_attention
+
+    model = build_target("qwen3", head_dim=64)  # a head size the kernel takes
+    seen = []
+
+    def record(q, k, v, scale, mask):
+        seen.append((q.shape, mask.shape))
+        return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+
+    patch_attention(model, takes_batched_decode, record, "_test_warm")
+    try:
+        assert warm_kernel_attention(model)
+    finally:
+        restore_attention(model, "_test_warm")
+    assert len(seen) == len(model.layers)
+    assert all(q == (2, 4, 1, 64) and m == (2, 1, 1, 3) for q, m in seen)
+
+
+def test_warming_leaves_models_with_other_caches_alone():
+    assert not warm_kernel_attention(build_target("qwen3_5"))  # linear-attention layers
