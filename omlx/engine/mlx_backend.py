@@ -6,6 +6,7 @@ generator's stream is made there too.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
 from omlx.mlx_lm_compat.decode_attention import use_folded_decode_attention
 from omlx.platform.device import on_cuda, on_gpu
 from omlx.settings import EngineSettings
+
+log = logging.getLogger(__name__)
 
 # See EngineBackend.gil_switch_interval_s; CPython's default is 5 ms.
 GPU_SWITCH_INTERVAL_S = 0.0005
@@ -53,7 +56,14 @@ class MLXBackend:
             use_folded_decode_attention(loaded.model)
         elif attention in ("kernel", "decode_kernel"):
             use_kernel_attention(loaded.model, batched_decode_only=attention == "decode_kernel")
-            warm_kernel_attention(loaded.model)
+            if not getattr(loaded.model, "_omlx_kernel_warm", False):
+                # once a model (a generator is made anew after a failed step too); a
+                # failure here leaves the compile to the first step, never the load
+                try:
+                    warm_kernel_attention(loaded.model)
+                except Exception:
+                    log.warning("attention kernel warm-up failed", exc_info=True)
+                loaded.model._omlx_kernel_warm = True
         return FusedJoinBatchGenerator(
             loaded.model,
             completion_batch_size=self.settings.max_running,
