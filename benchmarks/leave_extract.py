@@ -7,13 +7,15 @@
 The Qwen3-8B shape's cache by default (36 layers, 8 KV heads of 128, bf16). For each
 rows x positions a slot cache is built per layer (rows with different left paddings),
 work is queued on the device as a decode step in flight would be (`--in-flight` 4096 x
-4096 matmuls), and then a share of the rows (`--leaving`) leaves in one step, two ways:
+4096 matmuls), and then a share of the rows (`--leaving`) leaves in one step, three ways:
 
 - `per-row`: mlx-lm's `BatchKVCache.extract` for each (row, layer), which reads the whole
   padding array back from the device each time (evaluated at once on a CPU, as omlx's
   extract did), then the filter (which reads the gathered padding back once a layer);
 - `batched`: each layer's padding read once for all leaving rows
-  (`PrimedGenerationBatch.extract_cache`), and the filter given what was read.
+  (`PrimedGenerationBatch.extract_cache`), and the filter given what was read;
+- `gathered`: the leaving rows of each layer in one gather (`SlotKVCache.extract_rows`),
+  each row cut out only when read (`LeftRowKVCache`: here by the evaluation after).
 
 `host_ms` is the leave itself (what the engine thread spends before it can build the next
 step), `total_ms` with the extracted rows evaluated as the prefix store then does. The
@@ -43,7 +45,7 @@ def main() -> None:
     ap.add_argument("--leaving", type=float, default=1.0, help="share of the rows leaving")
     ap.add_argument("--in-flight", type=int, default=8, help="queued matmuls (0: none)")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--ways", default="per-row,batched", help="in this order")
+    ap.add_argument("--ways", default="per-row,batched,gathered", help="in this order")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     from omlx.platform.blas import reexec_with_blas
@@ -99,12 +101,20 @@ def main() -> None:
             c.filter(keep)
         return out
 
+    def gathered(layers: list[SlotKVCache], leaving: list[int], keep: list[int]) -> list:
+        pads = [c.left_padding.tolist() for c in layers]
+        by_layer = [c.extract_rows(leaving, p) for c, p in zip(layers, pads, strict=True)]
+        for c, p in zip(layers, pads, strict=True):
+            c.known_padding = p
+            c.filter(keep)
+        return [list(row) for row in zip(*by_layer, strict=True)]
+
     for shape in args.shapes.split(","):
         rows, positions = (int(x) for x in shape.split("x"))
         n_leaving = max(1, round(rows * args.leaving))
         leaving = list(range(0, rows, max(1, rows // n_leaving)))[:n_leaving]
         keep = swap_remove_order([r for r in range(rows) if r not in set(leaving)])
-        ways = {"per-row": per_row, "batched": batched}
+        ways = {"per-row": per_row, "batched": batched, "gathered": gathered}
         names = args.ways.split(",")
         host: dict[str, list[float]] = {n: [] for n in names}
         total: dict[str, list[float]] = {n: [] for n in names}

@@ -60,6 +60,8 @@ class PrimedGenerationBatch(GenerationBatch):
         self._bias: tuple[mx.array, mx.array, mx.array] | bool | None = None
         # Each slot-cache layer's left padding, read once for the rows leaving this step.
         self._pads: list[list[int] | None] | None = None
+        # Inside next(): the rows extract_cache handed out, filled by _extract_leaving.
+        self._leaving: dict[int, list[Any]] | None = None
         super().__init__(*args, **kwargs)
         self._defer_step = False
         self._primed = [primed] * len(self.uids)
@@ -197,16 +199,34 @@ class PrimedGenerationBatch(GenerationBatch):
         """Row `idx`'s cache, layer by layer. The rows that finish in one step all leave
         here; each layer's padding is read back from the device once for all of them (on
         a GPU each read waits on the stream: 64 rows leaving a 36-layer model read it
-        2,304 times through mlx-lm's extract)."""
+        2,304 times through mlx-lm's extract). Inside `next` the list comes back empty
+        and is filled before `next` returns, from one gather a layer for all the rows
+        leaving in the step (`_extract_leaving`)."""
         if self._pads is None:
             self._pads = [
                 c.left_padding.tolist() if isinstance(c, SlotKVCache) else None
                 for c in self.prompt_cache
             ]
+        if self._leaving is not None:
+            caches: list[Any] = []
+            self._leaving[idx] = caches
+            return caches
         return [
             c.extract(idx) if pads is None else c.extract_row(idx, pads[idx])
             for c, pads in zip(self.prompt_cache, self._pads, strict=True)
         ]
+
+    def _extract_leaving(self) -> None:
+        """Fill the lists `extract_cache` handed out in this step, before any row moves."""
+        leaving, self._leaving = self._leaving, {}
+        if not leaving:
+            return
+        rows = sorted(leaving)
+        assert self._pads is not None  # read by the extract_cache calls
+        for c, pads in zip(self.prompt_cache, self._pads, strict=True):
+            layer = c.extract_rows(rows, pads) if pads else [c.extract(i) for i in rows]
+            for idx, cache in zip(rows, layer, strict=True):
+                leaving[idx].append(cache)
 
     def extend(self, batch: GenerationBatch) -> None:
         self._pads = None
@@ -217,6 +237,8 @@ class PrimedGenerationBatch(GenerationBatch):
         self._bias = None
 
     def filter(self, keep: list[int]) -> None:
+        if self._leaving:
+            self._extract_leaving()
         for c, pads in zip(self.prompt_cache, self._pads or (), strict=False):
             if pads is not None:
                 c.known_padding = pads  # what extract_cache read this step (slot_cache)
@@ -239,14 +261,20 @@ class PrimedGenerationBatch(GenerationBatch):
         return bool(caches) and all(isinstance(c, SlotKVCache) for c in caches)
 
     def next(self) -> list[GenerationBatch.Response]:
-        if not any(self._primed):
-            return super().next()
-        primed = self._primed
-        self._primed = [False] * len(self.uids)
-        # The base counts and stop-matches every row: hide the primed rows from it by
-        # running the step here and handing it only what it would see for the others.
-        tokens, logprobs = self._step()
-        return self._responses(tokens, logprobs, primed)
+        self._leaving = {}  # rows extract_cache hands out empty, filled by the filter
+        try:
+            if not any(self._primed):
+                return super().next()
+            primed = self._primed
+            self._primed = [False] * len(self.uids)
+            # The base counts and stop-matches every row: hide the primed rows from it
+            # by running the step here and handing it only what it would see for the
+            # others.
+            tokens, logprobs = self._step()
+            return self._responses(tokens, logprobs, primed)
+        finally:
+            self._extract_leaving()  # a step in which no filter followed
+            self._leaving = None
 
     def _responses(
         self, tokens: list[int], logprobs: list[Any], primed: list[bool]

@@ -147,13 +147,32 @@ def test_a_row_extracted_with_its_padding_read_once_equals_mlx_lms() -> None:
         assert cache.extract(i).keys.tolist() == want.keys.tolist()
 
 
+@pytest.mark.parametrize("rows", [[0, 1, 2], [2, 0], [1]])
+def test_rows_extracted_from_one_gather_equal_mlx_lms(rows) -> None:
+    cache = SlotKVCache.adopt(_prompt_cache([5, 2, 7], 3))
+    cache.update_and_fetch(mx.ones((3, H, 1, D)), mx.zeros((3, H, 1, D)))
+    pads = cache.left_padding.tolist()
+    got = cache.extract_rows(rows, pads)
+    wants = [BatchKVCache.extract(cache, i) for i in rows]
+    cache.filter([i for i in range(3) if i not in rows])  # the batch moves on first
+    cache.update_and_fetch(
+        mx.full((3 - len(rows), H, 1, D), 5.0), mx.full((3 - len(rows), H, 1, D), 5.0)
+    )
+    for g, want in zip(got, wants, strict=True):
+        assert g.offset == want.offset
+        assert g.keys.tolist() == want.keys.tolist()  # cut when read, after the filter
+        assert g.values.tolist() == want.values.tolist()
+        assert g.state[0].tolist() == want.state[0].tolist()
+
+
 def test_rows_leaving_together_read_each_layers_padding_once(monkeypatch) -> None:
-    """mlx-lm's extract reads the padding back per (row, layer): on a GPU a wait each."""
+    """mlx-lm's extract reads the padding back per (row, layer): on a GPU a wait each.
+    Rows leaving in one step come from one gather a layer."""
     from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
     from tests.mlx.draft.conftest import build_target
 
-    calls = {"extract": 0, "extract_row": 0}
-    row = SlotKVCache.extract_row
+    calls = {"extract": 0, "extract_row": 0, "extract_rows": []}
+    rows_ = SlotKVCache.extract_rows
 
     def extract(self, idx):
         calls["extract"] += 1
@@ -161,7 +180,11 @@ def test_rows_leaving_together_read_each_layers_padding_once(monkeypatch) -> Non
 
     def extract_row(self, idx, padding):
         calls["extract_row"] += 1
-        return row(self, idx, padding)
+        raise AssertionError("a row cut out in the leaving step")
+
+    def extract_rows(self, rows, padding):
+        calls["extract_rows"].append(len(rows))
+        return rows_(self, rows, padding)
 
     handed_on = []
     filter_ = SlotKVCache.filter
@@ -176,13 +199,20 @@ def test_rows_leaving_together_read_each_layers_padding_once(monkeypatch) -> Non
         gen.insert([[1, 2, 3, 4, 5], [6, 7], [8, 9, 10], [11]], max_tokens=[9, 4, 4, 4])
         monkeypatch.setattr(SlotKVCache, "extract", extract)
         monkeypatch.setattr(SlotKVCache, "extract_row", extract_row)
+        monkeypatch.setattr(SlotKVCache, "extract_rows", extract_rows)
         monkeypatch.setattr(SlotKVCache, "filter", filter)
         finished = []
         for _ in range(12):
             finished += [r for r in gen.next_generated() if r.finish_reason]
         assert len(finished) == 4
         layers = len(model.layers)
-        assert calls == {"extract": 0, "extract_row": 4 * layers}
+        assert calls["extract"] == calls["extract_row"] == 0
+        # one gather a layer per leaving step, of every row leaving in it
+        gathers = calls["extract_rows"]
+        steps = [gathers[i : i + layers] for i in range(0, len(gathers), layers)]
+        assert all(len(set(step)) == 1 and len(step) == layers for step in steps)
+        assert sum(step[0] for step in steps) == 4
+        assert max(step[0] for step in steps) > 1  # rows did leave together
         assert handed_on and all(handed_on)  # when the three short rows left together
         for r in finished:  # each row's cache holds what it processed, every layer
             offsets = {c.offset for c in r.prompt_cache}
