@@ -261,7 +261,8 @@ class PrimedGenerationBatch(GenerationBatch):
         return bool(caches) and all(isinstance(c, SlotKVCache) for c in caches)
 
     def next(self) -> list[GenerationBatch.Response]:
-        self._leaving = {}  # rows extract_cache hands out empty, filled by the filter
+        # rows extract_cache hands out empty, filled by the filter (GPU; see below)
+        self._leaving = {} if gathers_leaving_rows() else None
         try:
             if not any(self._primed):
                 return super().next()
@@ -304,6 +305,16 @@ class PrimedGenerationBatch(GenerationBatch):
         if len(keep) < len(self.uids):
             self.filter(keep)
         return responses
+
+
+def gathers_leaving_rows() -> bool:
+    """Whether the rows leaving in a step come from one gather a layer (SlotKVCache
+    .extract_rows) rather than one copy each. On a GPU the step is bound by the host,
+    and four graph nodes a row and layer cost ~1-2 ms a row; the gather costs the device
+    one more copy of the rows, which is cheap there. On a CPU that copy is the expensive
+    part (the 8B shape's 64 rows: 16.4 s against 11.6 s, leave_extract_cpu.jsonl), and
+    each row is copied out once, at once (waits_for_in_place)."""
+    return not waits_for_in_place()
 
 
 def _masks(processor: Any) -> bool:

@@ -32,8 +32,14 @@ def _run(model_dir, tmp_path, body):
     return asyncio.run(main())
 
 
-@pytest.mark.parametrize("arch", ["llama", "hybrid"])
-def test_cached_prefill_matches_cold(arch, tiny_model_dirs, tmp_path):
+@pytest.mark.parametrize(
+    "arch,gather", [("llama", False), ("llama", True), ("hybrid", False), ("hybrid", True)]
+)
+def test_cached_prefill_matches_cold(arch, gather, tiny_model_dirs, tmp_path, monkeypatch):
+    """`gather`: finished rows leave as on a GPU (one gather a layer, cut when stored)."""
+    from omlx.mlx_lm_compat import batch_join
+
+    monkeypatch.setattr(batch_join, "gathers_leaving_rows", lambda: gather)
     prompt = list(range(300, 341))  # 41 tokens: 10 full blocks of 4
 
     async def body(pool):

@@ -165,11 +165,16 @@ def test_rows_extracted_from_one_gather_equal_mlx_lms(rows) -> None:
         assert g.state[0].tolist() == want.state[0].tolist()
 
 
-def test_rows_leaving_together_read_each_layers_padding_once(monkeypatch) -> None:
+@pytest.mark.parametrize("gather", [True, False], ids=["gpu-way", "cpu-way"])
+def test_rows_leaving_together_read_each_layers_padding_once(monkeypatch, gather) -> None:
     """mlx-lm's extract reads the padding back per (row, layer): on a GPU a wait each.
-    Rows leaving in one step come from one gather a layer."""
+    There the rows leaving in one step come from one gather a layer; on a CPU each row
+    is copied out by itself."""
+    from omlx.mlx_lm_compat import batch_join
     from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
     from tests.mlx.draft.conftest import build_target
+
+    monkeypatch.setattr(batch_join, "gathers_leaving_rows", lambda: gather)
 
     calls = {"extract": 0, "extract_row": 0, "extract_rows": []}
     rows_ = SlotKVCache.extract_rows
@@ -178,9 +183,12 @@ def test_rows_leaving_together_read_each_layers_padding_once(monkeypatch) -> Non
         calls["extract"] += 1
         raise AssertionError("per-row padding read")
 
+    row_ = SlotKVCache.extract_row
+
     def extract_row(self, idx, padding):
         calls["extract_row"] += 1
-        raise AssertionError("a row cut out in the leaving step")
+        assert not gather, "a row cut out in the leaving step"
+        return row_(self, idx, padding)
 
     def extract_rows(self, rows, padding):
         calls["extract_rows"].append(len(rows))
@@ -206,13 +214,17 @@ def test_rows_leaving_together_read_each_layers_padding_once(monkeypatch) -> Non
             finished += [r for r in gen.next_generated() if r.finish_reason]
         assert len(finished) == 4
         layers = len(model.layers)
-        assert calls["extract"] == calls["extract_row"] == 0
-        # one gather a layer per leaving step, of every row leaving in it
-        gathers = calls["extract_rows"]
-        steps = [gathers[i : i + layers] for i in range(0, len(gathers), layers)]
-        assert all(len(set(step)) == 1 and len(step) == layers for step in steps)
-        assert sum(step[0] for step in steps) == 4
-        assert max(step[0] for step in steps) > 1  # rows did leave together
+        assert calls["extract"] == 0
+        if gather:
+            assert calls["extract_row"] == 0
+            # one gather a layer per leaving step, of every row leaving in it
+            gathers = calls["extract_rows"]
+            steps = [gathers[i : i + layers] for i in range(0, len(gathers), layers)]
+            assert all(len(set(step)) == 1 and len(step) == layers for step in steps)
+            assert sum(step[0] for step in steps) == 4
+            assert max(step[0] for step in steps) > 1  # rows did leave together
+        else:
+            assert calls["extract_row"] == 4 * layers and not calls["extract_rows"]
         assert handed_on and all(handed_on)  # when the three short rows left together
         for r in finished:  # each row's cache holds what it processed, every layer
             offsets = {c.offset for c in r.prompt_cache}
