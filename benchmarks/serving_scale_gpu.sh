@@ -15,7 +15,8 @@
 # the shape with 4-bit weights, the bare generator then the defaults over HTTP (labels
 # "q4-bare", "q4"), after an untimed warm-up. ORDER=check: the bare generator, an untimed
 # warm-up, the defaults over HTTP, the bare generator again. ORDER=kernel: ORDER=check
-# plus `engine.decode_attention = "kernel"` over HTTP after the defaults. Where nvidia-smi exists, its plain report (the card, clocks,
+# plus `engine.decode_attention = "mlx"` over HTTP after the defaults (which on CUDA take
+# omlx's attention kernel for batched decode). Where nvidia-smi exists, its plain report (the card, clocks,
 # power, other processes) goes into the log at the start and again at the end.
 #   benchmarks/serving_scale_gpu.sh TOKENIZER_DIR WORKDIR [BUDGET_S] [LEVELS]
 set -euo pipefail
@@ -87,29 +88,24 @@ elif [ "${ORDER:-}" = quantized ]; then
     python3 benchmarks/serving_scale.py "${common[@]}" "${q4[@]}" --levels "$levels" \
         --paths omlx_http --label q4 --budget-s "$budget"
     gzip -c "$work/trace-http.jsonl" > "$out/http-trace-q4.jsonl.gz" || true
-elif [ "${ORDER:-}" = check ]; then
+elif [ "${ORDER:-}" = check ] || [ "${ORDER:-}" = kernel ]; then
     # The done-when in one run: the bare generator, an untimed warm-up of omlx's kernels
     # at every level (the first run's warm-up covered 1 and 64 streams, and its 32-stream
     # level then held a 2.6 s step when its rows left: a kernel compiled on first use),
     # the defaults over HTTP, the bare generator again (its better run counts).
+    # ORDER=kernel adds, after the defaults (omlx's CUDA attention kernel for batched
+    # decode), MLX's own attention over HTTP (label "mlx-attention").
     python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
         --label bare-before --budget-s "$budget"
     python3 benchmarks/serving_scale.py "${common[@]}" \
         --levels "$levels" --paths omlx_http --label warm-up --budget-s "$budget"
     auto omlx_http
-    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
-        --label bare-after --budget-s "$budget"
-elif [ "${ORDER:-}" = kernel ]; then
-    # ORDER=check with one more HTTP run: `engine.decode_attention = "kernel"` (label
-    # "kernel"), omlx's own CUDA attention kernel, after the defaults.
-    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
-        --label bare-before --budget-s "$budget"
-    python3 benchmarks/serving_scale.py "${common[@]}" \
-        --levels "$levels" --paths omlx_http --label warm-up --budget-s "$budget"
-    auto omlx_http
-    OMLX_ENGINE__DECODE_ATTENTION=kernel python3 benchmarks/serving_scale.py "${common[@]}" \
-        --levels "$levels" --paths omlx_http --label kernel --budget-s "$budget"
-    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-kernel.jsonl.gz" || true
+    if [ "${ORDER}" = kernel ]; then
+        OMLX_ENGINE__DECODE_ATTENTION=mlx python3 benchmarks/serving_scale.py \
+            "${common[@]}" --levels "$levels" --paths omlx_http --label mlx-attention \
+            --budget-s "$budget"
+        gzip -c "$work/trace-http.jsonl" > "$out/http-trace-mlx-attention.jsonl.gz" || true
+    fi
     python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
         --label bare-after --budget-s "$budget"
 elif [ "${ORDER:-}" = folded ]; then
