@@ -116,9 +116,20 @@ def test_dashboard_numbers_and_charts_move_while_requests_run(page, server: Serv
 
 
 def test_models_page_load_unload_pin_show_in_pool_status(page, server: Server) -> None:
+    page.set_viewport_size({"width": 1400, "height": 900})
     page.goto(f"{server.base_url}/admin/models")
     row = page.locator(f'tr[data-model="{MODEL}"]')
     expect(row).to_be_visible()
+    # every column, the action buttons last, fits the card without scrolling sideways
+    # however wide the table, every row's action buttons show inside its card
+    edges = page.locator(".table-wrap").first.evaluate(
+        """t => { const r = t.getBoundingClientRect();
+                  return [...t.querySelectorAll('button[data-action]')]
+                    .filter(b => b.offsetParent)
+                    .map(b => { const x = b.getBoundingClientRect();
+                                return x.left >= r.left && x.right <= r.right; }); }"""
+    )
+    assert edges and all(edges), edges
     if server.status(MODEL)["state"] != "available":
         expect(row.locator('[data-action="unload"]')).to_be_visible(timeout=120_000)
         row.locator('[data-action="unload"]').click()
