@@ -259,7 +259,7 @@ def takes_batched_decode(queries: Any, keys: Any, values: Any, mask: Any) -> boo
 
 # (dtype, heads, kv heads, queries, head dim, masked, causal, scale) -> the call's
 # template and block layout; the rows only change the grid.
-_variants: dict[tuple, tuple[list, int, int]] = {}
+_variants: dict[tuple, tuple[list, int]] = {}
 
 
 def _variant(dtype: Any, heads: int, kv: int, n: int, d: int, mask: Any, scale: float):
@@ -280,7 +280,7 @@ def _variant(dtype: Any, heads: int, kv: int, n: int, d: int, mask: Any, scale: 
             ("CAUSAL", isinstance(mask, str)),
             ("SCALE_BITS", scale_bits),
         ]
-        found = _variants[key] = (template, -(-group * n // qpb), group)
+        found = _variants[key] = (template, -(-group * n // qpb))
     return found
 
 
@@ -291,7 +291,7 @@ def kernel_attention(
     (True = attend) broadcastable to [B, H, L, S]. Returns [B, H, L, D]."""
     b, heads, n, d = queries.shape
     kv = keys.shape[1]
-    template, chunks, _ = _variant(queries.dtype, heads, kv, n, d, mask, scale)
+    template, chunks = _variant(queries.dtype, heads, kv, n, d, mask, scale)
     masked = isinstance(mask, mx.array)
     inputs = [queries, keys, values, _mask_4d(mask)] if masked else [queries, keys, values]
     (out,) = _kernel(masked)(
