@@ -199,3 +199,52 @@ def test_warming_runs_a_masked_one_query_step_through_every_layer():
 
 def test_warming_leaves_models_with_other_caches_alone():
     assert not warm_kernel_attention(build_target("qwen3_5"))  # linear-attention layers
+
+
+@pytest.mark.parametrize("mask_kind", ["left", "causal", "none"])
+def test_the_call_hands_the_kernel_a_consistent_layout(monkeypatch, mask_kind):
+    """The Python side of a call, on any device: a stand-in for the compiled kernel checks
+    the template against the arrays, and computes the attention in the [B, L, H, D] layout
+    the kernel writes; what kernel_attention returns must then be MLX's attention."""
+    import struct
+
+    calls = []
+
+    def fake_kernel(masked):
+        def run(inputs, template, grid, threadgroup, output_shapes, output_dtypes):
+            t = dict(template)
+            q, k, v = inputs[:3]
+            b, heads, n, d = q.shape
+            assert (len(inputs) == 4) == masked
+            assert t["GQA"] * t["KV_HEADS"] == heads and t["KV_HEADS"] == k.shape[1]
+            assert t["QLEN"] == n and t["HEAD_DIM"] == d and t["T"] == q.dtype
+            assert t["CAUSAL"] == (mask_kind == "causal")
+            (scale,) = struct.unpack("<f", struct.pack("<i", t["SCALE_BITS"]))
+            assert threadgroup == (t["WARPS"] * 32, 1, 1)
+            assert grid == (t["WARPS"] * 32, b * t["KV_HEADS"], -(-t["GQA"] * n // t["QPB"]))
+            assert output_shapes == [(b, n, heads, d)] and output_dtypes == [q.dtype]
+            mask = inputs[3] if masked else ("causal" if t["CAUSAL"] else None)
+            if masked:
+                assert inputs[3].ndim == 4
+            out = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+            calls.append(t)
+            return [out.transpose(0, 2, 1, 3)]  # written as [B, L, H, D]
+
+        return run
+
+    monkeypatch.setattr(attention_kernel, "_kernel", fake_kernel)
+    monkeypatch.setattr(attention_kernel, "_variants", {})
+    n = 1 if mask_kind == "left" else 5
+    mx.random.seed(1)
+    q = mx.random.normal((3, n, 8, 64)).transpose(0, 2, 1, 3)
+    k, v = mx.random.normal((3, 2, 20, 64)), mx.random.normal((3, 2, 20, 64))
+    if mask_kind == "left":
+        mask = (mx.arange(20)[None] >= mx.array([0, 2, 5])[:, None])[:, None, None, :]
+    else:
+        mask = "causal" if mask_kind == "causal" else None
+    for _ in range(2):  # the second call takes the cached variant
+        got = kernel_attention(q, k, v, 0.125, mask)
+        want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125, mask=mask)
+        assert got.shape == want.shape == (3, 8, n, 64)
+        assert mx.allclose(got, want, atol=1e-6).item()
+    assert len(calls) == 2 and calls[0] == calls[1]
