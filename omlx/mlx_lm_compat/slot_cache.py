@@ -68,7 +68,7 @@ class LeftRowKVCache(KVCache):
     prefix cache later, when the engine is idle. Cutting each row's keys and values out
     at once cost four graph nodes a row and layer in the leaving step, ~1-2 ms of host
     time a row (an H100 trace: 28-120 ms when 57-64 rows of the 36-layer 8B shape left
-    at once); the gather is one node a layer for all of them.
+    at once); a slice and a gather of each array a layer serve all of them.
     """
 
     def __init__(self, source: tuple[mx.array, mx.array], row: int, start: int, end: int):
