@@ -19,9 +19,10 @@ views and the transposed queries cost no copy, and the output is written in the
 [B, L, H, D] layout the model reshapes next, returned as a [B, H, L, D] view.
 
 Same math as MLX's fallback (scale, mask, float32 softmax), not the same rounding order.
-`engine.decode_attention = "kernel"` installs it (CUDA only);
-`benchmarks/attention_kernel_check.py` checks it against MLX's attention on the GPU and
-times both.
+On CUDA `engine.decode_attention = "auto"` (the default) installs it for batched
+one-query steps, and "kernel" for every call `takes_kernel` accepts (a DFlash verify
+too); `benchmarks/attention_kernel_check.py` checks it against MLX's attention on the
+GPU and times both, and a test runs its source on host threads.
 """
 
 from __future__ import annotations

@@ -230,6 +230,10 @@ class SlotKVCache(BatchKVCache):
         values = self.values[:, :, start : self._idx][index]
         if waits_for_in_place():  # read now, so the filter that follows writes in place
             mx.eval(keys, values)
+        else:
+            # Queued now: until the gather runs it holds the whole batch cache of this
+            # step, and a finished row may wait long for its store (an idle engine).
+            mx.async_eval(keys, values)
         return [
             LeftRowKVCache((keys, values), j, padding[r] - start, self._idx - start)
             for j, r in enumerate(rows)

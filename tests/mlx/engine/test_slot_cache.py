@@ -147,8 +147,13 @@ def test_a_row_extracted_with_its_padding_read_once_equals_mlx_lms() -> None:
         assert cache.extract(i).keys.tolist() == want.keys.tolist()
 
 
+@pytest.mark.parametrize("waits", [True, False], ids=["cpu-way", "gpu-way"])
 @pytest.mark.parametrize("rows", [[0, 1, 2], [2, 0], [1]])
-def test_rows_extracted_from_one_gather_equal_mlx_lms(rows) -> None:
+def test_rows_extracted_from_one_gather_equal_mlx_lms(rows, waits, monkeypatch) -> None:
+    """`waits`: the gather evaluated at once (CPU) or queued (GPU)."""
+    from omlx.mlx_lm_compat import slot_cache
+
+    monkeypatch.setattr(slot_cache, "waits_for_in_place", lambda: waits)
     cache = SlotKVCache.adopt(_prompt_cache([5, 2, 7], 3))
     cache.update_and_fetch(mx.ones((3, H, 1, D)), mx.zeros((3, H, 1, D)))
     pads = cache.left_padding.tolist()
