@@ -8,6 +8,13 @@ import pytest
 
 SOAK = os.environ.get("OMLX_SOAK") == "1"  # read before the autouse fixture clears OMLX_*
 
+# pytest-xdist's workers start with COLUMNS=80 set (a plain pytest run has none), and a
+# Rich console made at import keeps the width it found then: the CLI tests, which pass
+# their own COLUMNS, would see tables cut at 80 columns.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+
 
 def pytest_collection_modifyitems(config, items):
     """`soak` tests (minutes each) run only with OMLX_SOAK=1: the slow tier."""

@@ -13,11 +13,15 @@ err_console = Console(stderr=True)
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    # One line, never cut at the console's width: paths in it must stay whole when
+    # stderr is a log or a pipe (Rich assumes 80 columns there).
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
 def not_available(feature: str, issue: str) -> NoReturn:
-    err_console.print(f"{feature} is not available yet ({issue}).", highlight=False)
+    err_console.print(
+        f"{feature} is not available yet ({issue}).", highlight=False, soft_wrap=True
+    )
     sys.stderr.flush()
     raise typer.Exit(2)
