@@ -20,8 +20,6 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 
 def not_available(feature: str, issue: str) -> NoReturn:
-    err_console.print(
-        f"{feature} is not available yet ({issue}).", highlight=False, soft_wrap=True
-    )
+    err_console.print(f"{feature} is not available yet ({issue}).", highlight=False, soft_wrap=True)
     sys.stderr.flush()
     raise typer.Exit(2)
