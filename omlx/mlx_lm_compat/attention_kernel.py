@@ -74,7 +74,10 @@ _SOURCE = """
   const int kvh = blockIdx.y - b * KV_HEADS;
   const int q0 = blockIdx.z * QPB;
   const int S = keys_shape[2];
-  const int qoff = S - QLEN;  // query l sits at key position qoff + l
+  // QLEN 0: the number of queries is read at run time, so a verify's 2-16 queries share
+  // one compiled kernel (MLX compiles each template once per process, ~1.4 s).
+  const int qlen = QLEN > 0 ? QLEN : int(queries_shape[2]);
+  const int qoff = S - qlen;  // query l sits at key position qoff + l
   const float scale_log2 = __int_as_float(SCALE_BITS) * 1.4426950408889634f;
 
   float q[QPB][E];
@@ -86,10 +89,10 @@ _SOURCE = """
   bool live[QPB];
 #pragma unroll
   for (int i = 0; i < QPB; ++i) {
-    const int v = q0 + i;  // query vector over (group member g, query l): v = g * QLEN + l
-    live[i] = v < GQA * QLEN;
-    const int g = live[i] ? v / QLEN : 0;
-    ql[i] = live[i] ? v - g * QLEN : 0;
+    const int v = q0 + i;  // query vector over (group member g, query l): v = g * qlen + l
+    live[i] = v < GQA * qlen;
+    const int g = live[i] ? v / qlen : 0;
+    ql[i] = live[i] ? v - g * qlen : 0;
     head[i] = kvh * GQA + g;
     const T* qp = queries + b * queries_strides[0] + head[i] * queries_strides[1]
         + ql[i] * queries_strides[2];
@@ -171,7 +174,7 @@ _SOURCE = """
       for (int w = 0; w < WARPS; ++w) {
         total += sm_m[i][w] == omlx_attention::neg_inf() ? 0.f : sm_l[i][w] * exp2f(sm_m[i][w] - M);
       }
-      T* op = out + ((int64_t(b) * QLEN + ql[i]) * H + head[i]) * HEAD_DIM;
+      T* op = out + ((int64_t(b) * qlen + ql[i]) * H + head[i]) * HEAD_DIM;
       for (int d = threadIdx.x; d < HEAD_DIM; d += WARPS * 32) {
         float acc = 0.f;
         for (int w = 0; w < WARPS; ++w) {
@@ -207,8 +210,16 @@ def _kernel(masked: bool) -> Any:
 
 def queries_per_block(group: int, queries: int, head_dim: int) -> int:
     """Query vectors one block holds in registers: about 32 floats a lane for each of
-    the queries and the output accumulators."""
-    return max(1, min(group * queries, 32 // (head_dim // 32)))
+    the queries and the output accumulators. One query (a decode step) takes its whole
+    GQA group when it fits; several take the register budget whatever their number, so
+    that every count of 2-16 queries runs the same compiled kernel."""
+    budget = 32 // (head_dim // 32)
+    return max(1, min(group, budget)) if queries == 1 else budget
+
+
+def template_queries(queries: int) -> int:
+    """The kernel's QLEN: 1 compiled in for a decode step, 0 (read at run time) else."""
+    return 1 if queries == 1 else 0
 
 
 def _mask_4d(mask: mx.array) -> mx.array:
@@ -258,13 +269,14 @@ def takes_batched_decode(queries: Any, keys: Any, values: Any, mask: Any) -> boo
     )
 
 
-# (dtype, heads, kv heads, queries, head dim, masked, causal, scale) -> the call's
-# template and block layout; the rows only change the grid.
+# (dtype, heads, kv heads, QLEN, head dim, masked, causal, scale) -> the call's template
+# and queries per block; the rows and the number of queries only change the grid.
 _variants: dict[tuple, tuple[list, int]] = {}
 
 
 def _variant(dtype: Any, heads: int, kv: int, n: int, d: int, mask: Any, scale: float):
-    key = (dtype, heads, kv, n, d, isinstance(mask, mx.array), isinstance(mask, str), scale)
+    qlen = template_queries(n)
+    key = (dtype, heads, kv, qlen, d, isinstance(mask, mx.array), isinstance(mask, str), scale)
     found = _variants.get(key)
     if found is None:
         group = heads // kv
@@ -275,13 +287,13 @@ def _variant(dtype: Any, heads: int, kv: int, n: int, d: int, mask: Any, scale: 
             ("HEAD_DIM", d),
             ("GQA", group),
             ("KV_HEADS", kv),
-            ("QLEN", n),
+            ("QLEN", qlen),
             ("QPB", qpb),
             ("WARPS", WARPS),
             ("CAUSAL", isinstance(mask, str)),
             ("SCALE_BITS", scale_bits),
         ]
-        found = _variants[key] = (template, -(-group * n // qpb))
+        found = _variants[key] = (template, qpb)
     return found
 
 
@@ -292,7 +304,8 @@ def kernel_attention(
     (True = attend) broadcastable to [B, H, L, S]. Returns [B, H, L, D]."""
     b, heads, n, d = queries.shape
     kv = keys.shape[1]
-    template, chunks = _variant(queries.dtype, heads, kv, n, d, mask, scale)
+    template, qpb = _variant(queries.dtype, heads, kv, n, d, mask, scale)
+    chunks = -(-(heads // kv) * n // qpb)
     masked = isinstance(mask, mx.array)
     inputs = [queries, keys, values, _mask_4d(mask)] if masked else [queries, keys, values]
     (out,) = _kernel(masked)(

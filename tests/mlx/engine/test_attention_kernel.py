@@ -61,6 +61,22 @@ def test_queries_per_block_fits_the_registers():
     assert queries_per_block(3, 16, 64) == 16  # SmolLM2 verify: 48 vectors in 3 blocks
     assert queries_per_block(8, 1, 256) == 4
     assert queries_per_block(1, 1, 64) == 1
+    # Several queries take the register budget whatever their number: one compile each.
+    assert queries_per_block(3, 2, 64) == queries_per_block(3, 9, 64) == 16
+    assert queries_per_block(2, 5, 96) == 10
+
+
+def test_a_verify_of_any_length_shares_one_compiled_variant(monkeypatch):
+    """MLX compiles each template once per process (~1.4 s on an H100): the 2-16 queries
+    of DFlash verifies (fewer at a request's end) must not each bring one."""
+    monkeypatch.setattr(attention_kernel, "_variants", {})
+    templates = {
+        str(attention_kernel._variant(mx.float32, 9, 3, n, 64, "causal", 0.125))
+        for n in range(2, 17)
+    }
+    assert len(templates) == 1 and len(attention_kernel._variants) == 1
+    decode = attention_kernel._variant(mx.float32, 9, 3, 1, 64, mx.array([True]), 0.125)
+    assert dict(decode[0])["QLEN"] == 1  # a decode step keeps its compiled-in count
 
 
 def test_the_engine_setting_installs_it_on_cuda_only():
@@ -139,6 +155,8 @@ def test_the_kernel_source_computes_attention_on_host_threads(tmp_path):
         Case(rows=1, kv_heads=2, group=3, queries=16, keys=40, head_dim=64, mask="causal"),
         Case(rows=1, kv_heads=1, group=3, queries=16, keys=37, head_dim=64, mask="none"),
         Case(rows=2, kv_heads=1, group=2, queries=5, keys=23, head_dim=96, mask="causal"),
+        # a verify's tail: 6 live vectors of a 16-vector block, the count read at run time
+        Case(rows=2, kv_heads=1, group=3, queries=2, keys=19, head_dim=64, mask="array"),
     ]
     program = build_program(
         attention_kernel._SOURCE,
@@ -146,6 +164,7 @@ def test_the_kernel_source_computes_attention_on_host_threads(tmp_path):
         attention_kernel._HEADER,
         cases,
         queries_per_block,
+        attention_kernel.template_queries,
         attention_kernel.WARPS,
     )
     errors = run_cases(program, tmp_path)
@@ -218,7 +237,7 @@ def test_the_call_hands_the_kernel_a_consistent_layout(monkeypatch, mask_kind):
             b, heads, n, d = q.shape
             assert (len(inputs) == 4) == masked
             assert t["GQA"] * t["KV_HEADS"] == heads and t["KV_HEADS"] == k.shape[1]
-            assert t["QLEN"] == n and t["HEAD_DIM"] == d and t["T"] == q.dtype
+            assert t["QLEN"] == (1 if n == 1 else 0) and t["HEAD_DIM"] == d and t["T"] == q.dtype
             assert t["CAUSAL"] == (mask_kind == "causal")
             (scale,) = struct.unpack("<f", struct.pack("<i", t["SCALE_BITS"]))
             assert threadgroup == (t["WARPS"] * 32, 1, 1)
