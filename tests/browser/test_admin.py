@@ -120,7 +120,6 @@ def test_models_page_load_unload_pin_show_in_pool_status(page, server: Server) -
     page.goto(f"{server.base_url}/admin/models")
     row = page.locator(f'tr[data-model="{MODEL}"]')
     expect(row).to_be_visible()
-    # every column, the action buttons last, fits the card without scrolling sideways
     # however wide the table, every row's action buttons show inside its card
     edges = page.locator(".table-wrap").first.evaluate(
         """t => { const r = t.getBoundingClientRect();
