@@ -117,6 +117,10 @@ def step_breakdown(rows: list[dict], tokens: int, cpu0, cpu1) -> dict:
         # Totals: admission (prefix-cache fetches) and stores come in bursts a mean hides.
         "admit_total_s": round(sum(r["admit_s"] for r in rows), 3),
         "store_total_s": round(sum(r["store_s"] for r in rows), 3),
+        # Python's collector holding the GIL (engine.freeze_gc keeps full passes short).
+        "gc_total_s": round(sum(r.get("gc_s", 0.0) for r in rows), 3),
+        "gc_max_step_ms": round(1000 * max(r.get("gc_s", 0.0) for r in rows), 2),
+        "gc_full_passes": sum(1 for r in rows if r.get("gc_gen", -1) == 2),
         "prefill_steps": sum(1 for r in rows if r["prompt_tokens"]),
         "decode_only_step_ms": round(
             1000 * sum(r["step_s"] for r in decode_rows) / len(decode_rows), 3

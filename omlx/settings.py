@@ -107,6 +107,14 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
         _doc("max_tokens when a request sets none (never more than the context leaves)"),
         msgspec.Meta(ge=1),
     ] = 2048
+    freeze_gc: Annotated[
+        bool,
+        _doc(
+            "Hide what a model load leaves alive from Python's garbage collector "
+            "(gc.freeze), so that a full collection does not stop decoding for "
+            "hundreds of milliseconds; an unload collects once"
+        ),
+    ] = True
     step_trace: Annotated[
         str,
         _doc("Append per-step engine timings as JSON lines to this file (benchmarks; off: empty)"),

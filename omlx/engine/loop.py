@@ -27,6 +27,7 @@ from omlx.engine.api import (
     TokenLogprob,
 )
 from omlx.engine.backend import EngineBackend
+from omlx.engine.collector import collect_unloaded, freeze_loaded
 from omlx.engine.commands import (
     AltPath,
     Call,
@@ -195,6 +196,8 @@ class EngineLoop:
             self._prefix = self.prefix_factory(self._lm.model, self.path)
         self.metrics.memory["model_bytes"] = self._lm.weight_bytes
         self._blas = process_governor()
+        if self.settings.freeze_gc:
+            freeze_loaded()
 
     def should_exit(self) -> bool:
         if self._deadline is None:
@@ -209,12 +212,14 @@ class EngineLoop:
         while self._finished:  # deferred stores: kept for the next start (cold tier)
             self._store(self._finished.pop())
         if self._trace is not None:
-            self._trace.flush()
+            self._trace.close()
         if self._gen is not None:
             self._gen.close()
-        self._gen = self._lm = None
+        loaded, self._gen, self._lm = self._lm is not None, None, None
         if self.backend is not None:
             self.backend.release()
+        if loaded and self.settings.freeze_gc:
+            collect_unloaded()
 
     # -- phase 1: drain commands ---------------------------------------------------------
 

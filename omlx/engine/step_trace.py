@@ -5,7 +5,9 @@ steps the batch appends one JSON line to the file: where the engine thread's tim
 (commands, admission, the generator step split into its synchronising eval and the host
 work around it, publishing events, the hand-off to asyncio), the thread's CPU time, how
 long the requests admitted in that tick had waited, and how late the event loop ran the
-earlier hand-offs. `benchmarks/serving_scale.py` reads the file per load level.
+earlier hand-offs, and how long Python's garbage collector held the GIL since the last
+row (`gc_s`, any thread's collections). `benchmarks/serving_scale.py` reads the file per
+load level.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from omlx.engine.collector import CollectorPauses
 
 WRITE_EVERY = 256  # rows buffered before a write (the file is read after the run)
 
@@ -34,6 +38,7 @@ class StepTrace:
         self._firsts: list[float] = []
         self.batch: dict[str, Any] | None = None  # this tick's batch step, set by the loop
         self.sync_mark = 0.0  # the generator's cumulative sync time at the last step
+        self._gc = CollectorPauses()
         self._write_now(
             {
                 "kind": "meta",
@@ -71,6 +76,9 @@ class StepTrace:
             if values:
                 setattr(self, name, [])
                 row[key] = values
+        gc_s, collections, oldest = self._gc.take()
+        if collections:
+            row.update(gc_s=gc_s, gc_n=collections, gc_gen=oldest)
         self._rows.append(json.dumps(row))
         if len(self._rows) >= WRITE_EVERY:
             self.flush()
@@ -88,6 +96,10 @@ class StepTrace:
         rows, self._rows = self._rows, []
         with self._path.open("a") as f:
             f.write("\n".join(rows) + "\n")
+
+    def close(self) -> None:
+        self._gc.close()
+        self.flush()
 
     def _write_now(self, row: dict[str, Any]) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)

@@ -236,7 +236,8 @@ class Harness:
         self.loop = EngineLoop(
             name="fake",
             path=Path("/nonexistent"),
-            settings=EngineSettings(max_running=max_running, **settings),
+            # The real freeze would hide the whole test process from the collector.
+            settings=EngineSettings(max_running=max_running, **{"freeze_gc": False, **settings}),
             metrics=EngineMetrics("fake"),
             backend=self.backend,
         )
@@ -502,6 +503,24 @@ def test_started_reports_prompt_tokens_and_memory_comes_from_the_backend(h: Harn
     assert isinstance(started, Started) and started.prompt_tokens == 7
     assert h.loop.metrics.memory["mlx_peak_bytes"] == 2
     assert h.loop.metrics.memory["model_bytes"] == 123
+
+
+def test_a_loaded_engine_freezes_what_loading_left_and_unloading_collects(monkeypatch) -> None:
+    from omlx.engine import loop as loop_module
+
+    calls: list[str] = []
+    monkeypatch.setattr(loop_module, "freeze_loaded", lambda: calls.append("freeze"))
+    monkeypatch.setattr(loop_module, "collect_unloaded", lambda: calls.append("collect"))
+    h = Harness(freeze_gc=True)
+    assert calls == ["freeze"]
+    h.loop._teardown()
+    assert calls == ["freeze", "collect"]
+    h.close()
+    calls.clear()
+    off = Harness(freeze_gc=False)
+    off.loop._teardown()
+    off.close()
+    assert calls == []
 
 
 def test_step_trace_is_off_by_default(h: Harness) -> None:
