@@ -16,7 +16,10 @@
 # "q4-bare", "q4"), after an untimed warm-up. ORDER=check: the bare generator, an untimed
 # warm-up, the defaults over HTTP, the bare generator again. ORDER=kernel: ORDER=check
 # plus `engine.decode_attention = "mlx"` over HTTP after the defaults (which on CUDA take
-# omlx's attention kernel for batched decode). Where nvidia-smi exists, its plain report (the card, clocks,
+# omlx's attention kernel for batched decode). ORDER=gc: an untimed warm-up, the
+# defaults over HTTP, `engine.freeze_gc = false` (label "gc-unfrozen"), the defaults
+# again (label "auto-2"): the step traces' gc_s say what the collector took in each.
+# Where nvidia-smi exists, its plain report (the card, clocks,
 # power, other processes) goes into the log at the start and again at the end.
 #   benchmarks/serving_scale_gpu.sh TOKENIZER_DIR WORKDIR [BUDGET_S] [LEVELS]
 set -euo pipefail
@@ -108,6 +111,16 @@ elif [ "${ORDER:-}" = check ] || [ "${ORDER:-}" = kernel ]; then
     fi
     python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
         --label bare-after --budget-s "$budget"
+elif [ "${ORDER:-}" = gc ]; then
+    python3 benchmarks/serving_scale.py "${common[@]}" \
+        --levels "$levels" --paths omlx_http --label warm-up --budget-s "$budget"
+    auto omlx_http
+    OMLX_ENGINE__FREEZE_GC=false python3 benchmarks/serving_scale.py "${common[@]}" \
+        --levels "$levels" --paths omlx_http --label gc-unfrozen --budget-s "$budget"
+    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-gc-unfrozen.jsonl.gz" || true
+    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths omlx_http \
+        --label auto-2 --budget-s "$budget"
+    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-auto-2.jsonl.gz" || true
 elif [ "${ORDER:-}" = folded ]; then
     auto bare,omlx_http
     OMLX_ENGINE__DECODE_ATTENTION=folded python3 benchmarks/serving_scale.py "${common[@]}" \
