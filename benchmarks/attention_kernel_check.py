@@ -1,7 +1,6 @@
 """omlx's attention kernel against MLX's attention on a CUDA GPU: same outputs, and time.
 
     python benchmarks/attention_kernel_check.py [--out FILE] [--repeats 7]
-        [--layouts 8x16,4x16,8x2]
 
 For each case (the Qwen3-8B shape's masked decode at 1-256 rows with ragged left padding,
 its lone unmasked row, SmolLM2's 16-query DFlash verify under "causal" and under an
@@ -10,11 +9,8 @@ are slices of larger buffers (as a KV cache hands them over) and the queries a t
 view (as the model's attention makes them). It checks `kernel_attention` against
 `mx.fast.scaled_dot_product_attention` (MLX's fused kernel or its composed fallback) and
 a float32 reference, then times a model's worth of layers (one call a layer, each on its
-own keys, all in one graph) both ways: medians of --repeats, after a warm-up. --layouts
-also times (and checks) the kernel with other thread layouts, WARPSxVEC_BYTES: warps a
-block and bytes a lane loads at once (8x16 is the default; 8x2 in bfloat16 is one
-element a load, a key a warp, the first version's layout). One JSON line per case; exit
-status 1 if any case's error is out of bounds. Needs CUDA.
+own keys, all in one graph) both ways: medians of --repeats, after a warm-up. One JSON
+line per case; exit status 1 if any case's error is out of bounds. Needs CUDA.
 """
 
 from __future__ import annotations
@@ -98,17 +94,13 @@ def timed(fn, repeats):
     return statistics.median(times)
 
 
-def time_kernel(q, layers, scale, mask, repeats, mx) -> float:
-    """Milliseconds for a model's worth of layers in one graph, through the kernel."""
+def time_both(q, layers, scale, mask, repeats, mx) -> tuple[float, float]:
+    """Milliseconds for a model's worth of layers in one graph: the kernel, then MLX."""
     from omlx.mlx_lm_compat.attention_kernel import kernel_attention
 
     def ours():
         mx.eval([kernel_attention(q, k, v, scale, mask) for k, v in layers])
 
-    return round(1e3 * timed(ours, repeats), 3)
-
-
-def time_mlx(q, layers, scale, mask, repeats, mx) -> float:
     def theirs():
         mx.eval(
             [
@@ -117,14 +109,7 @@ def time_mlx(q, layers, scale, mask, repeats, mx) -> float:
             ]
         )
 
-    return round(1e3 * timed(theirs, repeats), 3)
-
-
-def set_layout(layout: str) -> None:
-    from omlx.mlx_lm_compat import attention_kernel
-
-    warps, vec_bytes = (int(x) for x in layout.split("x"))
-    attention_kernel.WARPS, attention_kernel.VEC_BYTES = warps, vec_bytes
+    return round(1e3 * timed(ours, repeats), 3), round(1e3 * timed(theirs, repeats), 3)
 
 
 def emit(line: dict, out: str) -> None:
@@ -139,11 +124,9 @@ def main() -> int:
     ap.add_argument("--out", default="")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--cases", default="", help="comma-separated names (default: all)")
-    ap.add_argument("--layouts", default="", help="WARPSxVEC_BYTES,... also timed")
     args = ap.parse_args()
     import mlx.core as mx
 
-    from omlx.mlx_lm_compat import attention_kernel
     from omlx.mlx_lm_compat.attention_kernel import kernel_attention, takes_kernel
 
     if not mx.cuda.is_available():
@@ -179,25 +162,8 @@ def main() -> int:
         failed += not line["ok"]
         ks = [(k + 0.001 * i, v) for i in range(layers)]  # one layer's keys each
         mx.eval(ks)
-        line["kernel_ms"] = time_kernel(q, ks, scale, mask, args.repeats, mx)
-        line["mlx_ms"] = time_mlx(q, ks, scale, mask, args.repeats, mx)
+        line["kernel_ms"], line["mlx_ms"] = time_both(q, ks, scale, mask, args.repeats, mx)
         line["speedup"] = round(line["mlx_ms"] / line["kernel_ms"], 2)
-        default = f"{attention_kernel.WARPS}x{attention_kernel.VEC_BYTES}"
-        line["layouts"] = {}
-        for layout in [x for x in args.layouts.split(",") if x and x != default]:
-            set_layout(layout)
-            try:
-                other = kernel_attention(q, k, v, scale, mask)
-                err = mx.abs(other.astype(mx.float32) - ref).max().item()
-                ms = time_kernel(q, ks, scale, mask, args.repeats, mx)
-                line["layouts"][layout] = {"ms": ms, "max_err": round(err, 6)}
-                if err > bound:
-                    line["ok"], failed = False, failed + 1
-            except Exception as e:
-                line["layouts"][layout] = {"error": f"{type(e).__name__}: {e}"[:500]}
-                failed += 1
-            finally:
-                set_layout(default)
         emit(line, args.out)
     return 1 if failed else 0
 

@@ -10,13 +10,9 @@ Qwen3-8B shape at 64 rows that attention took ~5 ms of a ~14 ms step's GPU time
 host tens of microseconds to record on a host-bound step.
 
 Here one kernel does a layer's attention: a thread block per (row, KV head, chunk of
-query vectors), so each key and value is read once for the whole GQA group. A lane
-loads 16 bytes at once (8 bfloat16 elements; `load_layout`), so a key of 128 takes 16
-lanes and a warp reads two keys at a time, each reduced over its own lanes; the warps
-walk the keys with an online (flash) softmax, loading the next key before working on
-this one, and their partial results are merged through shared memory. (The first
-version read an element a lane and a key a warp: about a quarter of an H100's bandwidth,
-attention_kernel_check_h100.jsonl.) The mask is read as it is (boolean, any broadcast
+query vectors), so each key and value is read once for the whole GQA group; each warp
+walks every WARPS-th key with an online (flash) softmax, and the warps' partial results
+are merged through shared memory. The mask is read as it is (boolean, any broadcast
 shape over [B, H, L, S]); "causal" (L queries at the end of S keys) and None need no
 array. Queries, keys and values are read through their strides, so the cache's slice
 views and the transposed queries cost no copy, and the output is written in the
@@ -43,17 +39,9 @@ MAX_QUERIES = 16  # a DFlash block; a longer pass is a prefill, where MLX's own 
 HEAD_DIMS = (64, 96, 128, 256)  # whole warps of elements
 _DTYPES = (mx.bfloat16, mx.float16, mx.float32)
 WARPS = 8
-VEC_BYTES = 16  # one 128-bit load a lane
 
-_MASK_KEY = """
-      const bool per_key = mask_shape[1] == 1 && mask_shape[2] == 1;
-      if (key_ok && per_key) {
-        key_ok = mask[(mask_shape[0] == 1 ? 0 : b) * mask_strides[0] + s * mask_strides[3]];
-      }
-"""
-
-_MASK_QUERY = """
-      if (allowed && !per_key) {
+_MASK_LOOKUP = """
+      if (allowed) {
         const int64_t mi = (mask_shape[0] == 1 ? 0 : b) * mask_strides[0]
             + (mask_shape[1] == 1 ? 0 : head[i]) * mask_strides[1]
             + (mask_shape[2] == 1 ? 0 : ql[i]) * mask_strides[2]
@@ -79,18 +67,9 @@ template <> __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
 """
 
 _SOURCE = """
-  constexpr int E = HEAD_DIM / LANES;  // elements a lane holds of each query, key, value
-  constexpr int NV = E / VEC;  // loads of VEC neighbouring elements that make them
-  constexpr int KPW = 32 / LANES;  // keys a warp reads at once, LANES lanes each
-  constexpr int PARTS = WARPS * KPW;  // online-softmax states merged at the end
-  struct alignas(sizeof(T) * VEC) Pack {
-    T x[VEC];
-  };
+  constexpr int E = HEAD_DIM / 32;  // elements a lane holds: d = lane + 32 * e
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int sub = lane / LANES;  // which of the warp's keys this lane reads
-  const int sl = lane - sub * LANES;  // and which elements: load j covers elements
-  const int part = warp * KPW + sub;  // (sl + LANES * j) * VEC + [0, VEC)
   const int b = blockIdx.y / KV_HEADS;
   const int kvh = blockIdx.y - b * KV_HEADS;
   const int q0 = blockIdx.z * QPB;
@@ -119,9 +98,8 @@ _SOURCE = """
         + ql[i] * queries_strides[2];
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-      const int d = (sl + LANES * (e / VEC)) * VEC + e % VEC;
       q[i][e] = live[i]
-          ? omlx_attention::to_float(qp[d * queries_strides[3]]) * scale_log2
+          ? omlx_attention::to_float(qp[(lane + 32 * e) * queries_strides[3]]) * scale_log2
           : 0.f;
       o[i][e] = 0.f;
     }
@@ -131,94 +109,52 @@ _SOURCE = """
 
   const T* kp = keys + b * keys_strides[0] + kvh * keys_strides[1];
   const T* vp = values + b * values_strides[0] + kvh * values_strides[1];
-  // Whole Packs where the layout allows (a cache's slices of contiguous buffers always
-  // do); element by element otherwise. The same for every thread: no divergence.
-  const bool packed = VEC > 1 && keys_strides[3] == 1 && values_strides[3] == 1
-      && ((keys_strides[0] | keys_strides[1] | keys_strides[2]) & (VEC - 1)) == 0
-      && ((values_strides[0] | values_strides[1] | values_strides[2]) & (VEC - 1)) == 0
-      && (reinterpret_cast<unsigned long long>(keys) & (sizeof(T) * VEC - 1)) == 0
-      && (reinterpret_cast<unsigned long long>(values) & (sizeof(T) * VEC - 1)) == 0;
-  auto load = [&](const T* row, int64_t stride, float* dst) {
+  for (int s = warp; s < S; s += WARPS) {
+    const T* ks = kp + s * keys_strides[2];
+    const T* vs = vp + s * values_strides[2];
+    float k[E];
+    float val[E];
 #pragma unroll
-    for (int j = 0; j < NV; ++j) {
-      const int d0 = (sl + LANES * j) * VEC;
-      if (packed) {
-        const Pack pk = *reinterpret_cast<const Pack*>(row + d0);
-#pragma unroll
-        for (int t = 0; t < VEC; ++t) {
-          dst[j * VEC + t] = omlx_attention::to_float(pk.x[t]);
-        }
-      } else {
-#pragma unroll
-        for (int t = 0; t < VEC; ++t) {
-          dst[j * VEC + t] = omlx_attention::to_float(row[(d0 + t) * stride]);
-        }
-      }
+    for (int e = 0; e < E; ++e) {
+      k[e] = omlx_attention::to_float(ks[(lane + 32 * e) * keys_strides[3]]);
+      val[e] = omlx_attention::to_float(vs[(lane + 32 * e) * values_strides[3]]);
     }
-  };
-
-  // The warp walks keys base + sub, base + PARTS + sub, ...; the loop bound is the same
-  // for all its lanes, so every lane takes part in every shuffle. The next key's
-  // vectors are loaded before this one's arithmetic, to keep more loads in flight.
-  float k[E] = {};
-  float val[E] = {};
-  {
-    const int s = warp * KPW + sub;
-    if (s < S) {
-      load(kp + s * keys_strides[2], keys_strides[3], k);
-      load(vp + s * values_strides[2], values_strides[3], val);
-    }
-  }
-  for (int base = warp * KPW; base < S; base += PARTS) {
-    const int s = base + sub;
-    float kn[E] = {};
-    float vn[E] = {};
-    if (s + PARTS < S) {
-      load(kp + (s + PARTS) * keys_strides[2], keys_strides[3], kn);
-      load(vp + (s + PARTS) * values_strides[2], values_strides[3], vn);
-    }
-    bool key_ok = s < S;
-    MASK_KEY
 #pragma unroll
     for (int i = 0; i < QPB; ++i) {
-      bool allowed = key_ok && live[i] && (!CAUSAL || s <= qoff + ql[i]);
-      MASK_QUERY
+      bool allowed = live[i] && (!CAUSAL || s <= qoff + ql[i]);
+      MASK_LOOKUP
+      if (!allowed) {
+        continue;  // the same for every lane of the warp: no shuffle is left waiting
+      }
       float dot = 0.f;
 #pragma unroll
       for (int e = 0; e < E; ++e) {
         dot += q[i][e] * k[e];
       }
 #pragma unroll
-      for (int off = LANES / 2; off > 0; off >>= 1) {
+      for (int off = 16; off > 0; off >>= 1) {
         dot += __shfl_xor_sync(0xffffffff, dot, off);
       }
-      if (allowed) {
-        const float mn = fmaxf(m[i], dot);
-        const float f = exp2f(m[i] - mn);
-        const float p = exp2f(dot - mn);
-        lsum[i] = lsum[i] * f + p;
+      const float mn = fmaxf(m[i], dot);
+      const float f = exp2f(m[i] - mn);
+      const float p = exp2f(dot - mn);
+      lsum[i] = lsum[i] * f + p;
 #pragma unroll
-        for (int e = 0; e < E; ++e) {
-          o[i][e] = o[i][e] * f + p * val[e];
-        }
-        m[i] = mn;
+      for (int e = 0; e < E; ++e) {
+        o[i][e] = o[i][e] * f + p * val[e];
       }
-    }
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-      k[e] = kn[e];
-      val[e] = vn[e];
+      m[i] = mn;
     }
   }
 
-  __shared__ float sm_m[QPB][PARTS];
-  __shared__ float sm_l[QPB][PARTS];
-  __shared__ float sm_o[PARTS][HEAD_DIM];
-  if (sl == 0) {
+  __shared__ float sm_m[QPB][WARPS];
+  __shared__ float sm_l[QPB][WARPS];
+  __shared__ float sm_o[WARPS][HEAD_DIM];
+  if (lane == 0) {
 #pragma unroll
     for (int i = 0; i < QPB; ++i) {
-      sm_m[i][part] = m[i];
-      sm_l[i][part] = lsum[i];
+      sm_m[i][warp] = m[i];
+      sm_l[i][warp] = lsum[i];
     }
   }
   const int H = KV_HEADS * GQA;
@@ -226,22 +162,22 @@ _SOURCE = """
   for (int i = 0; i < QPB; ++i) {
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-      sm_o[part][(sl + LANES * (e / VEC)) * VEC + e % VEC] = o[i][e];
+      sm_o[warp][lane + 32 * e] = o[i][e];
     }
     __syncthreads();
     if (live[i]) {
       float M = omlx_attention::neg_inf();
-      for (int w = 0; w < PARTS; ++w) {
+      for (int w = 0; w < WARPS; ++w) {
         M = fmaxf(M, sm_m[i][w]);
       }
       float total = 0.f;
-      for (int w = 0; w < PARTS; ++w) {
+      for (int w = 0; w < WARPS; ++w) {
         total += sm_m[i][w] == omlx_attention::neg_inf() ? 0.f : sm_l[i][w] * exp2f(sm_m[i][w] - M);
       }
       T* op = out + ((int64_t(b) * qlen + ql[i]) * H + head[i]) * HEAD_DIM;
       for (int d = threadIdx.x; d < HEAD_DIM; d += WARPS * 32) {
         float acc = 0.f;
-        for (int w = 0; w < PARTS; ++w) {
+        for (int w = 0; w < WARPS; ++w) {
           acc += sm_m[i][w] == omlx_attention::neg_inf() ? 0.f : sm_o[w][d] * exp2f(sm_m[i][w] - M);
         }
         op[d] = omlx_attention::from_float<T>(total > 0.f ? acc / total : 0.f);
@@ -258,8 +194,7 @@ def _kernel(masked: bool) -> Any:
     """The compiled-on-first-use kernel object, with or without a mask input."""
     kernel = _kernels.get(masked)
     if kernel is None:
-        source = _SOURCE.replace("MASK_KEY", _MASK_KEY if masked else "")
-        source = source.replace("MASK_QUERY", _MASK_QUERY if masked else "")
+        source = _SOURCE.replace("MASK_LOOKUP", _MASK_LOOKUP if masked else "")
         names = ["queries", "keys", "values"] + (["mask"] if masked else [])
         kernel = mx.fast.cuda_kernel(
             name="omlx_attention_masked" if masked else "omlx_attention",
@@ -273,29 +208,12 @@ def _kernel(masked: bool) -> Any:
     return kernel
 
 
-def load_layout(itemsize: int, head_dim: int, vec_bytes: int | None = None) -> tuple[int, int]:
-    """(VEC, LANES): a lane loads VEC neighbouring elements at once (16 bytes where the
-    head size allows: 8 bfloat16 values), and LANES lanes (a power of two, at most a
-    warp) share one key, so a warp reads 32 / LANES keys at a time. VEC 1, LANES 32 is
-    an element a lane and a key a warp."""
-    vec = max(1, (VEC_BYTES if vec_bytes is None else vec_bytes) // itemsize)
-    while vec > 1:
-        lanes = head_dim // vec
-        if head_dim % vec == 0 and (
-            (lanes <= 32 and lanes & (lanes - 1) == 0) or head_dim % (32 * vec) == 0
-        ):
-            break
-        vec //= 2
-    return vec, min(32, head_dim // vec)
-
-
-def queries_per_block(group: int, queries: int, head_dim: int, lanes: int = 32) -> int:
+def queries_per_block(group: int, queries: int, head_dim: int) -> int:
     """Query vectors one block holds in registers: about 32 floats a lane for each of
-    the queries and the output accumulators (a lane holds head_dim / lanes elements of
-    each). One query (a decode step) takes its whole GQA group when it fits; several
-    take the register budget whatever their number, so that every count of 2-16
-    queries runs the same compiled kernel."""
-    budget = max(1, 32 // (head_dim // lanes))
+    the queries and the output accumulators. One query (a decode step) takes its whole
+    GQA group when it fits; several take the register budget whatever their number, so
+    that every count of 2-16 queries runs the same compiled kernel."""
+    budget = 32 // (head_dim // 32)
     return max(1, min(group, budget)) if queries == 1 else budget
 
 
@@ -358,14 +276,11 @@ _variants: dict[tuple, tuple[list, int]] = {}
 
 def _variant(dtype: Any, heads: int, kv: int, n: int, d: int, mask: Any, scale: float):
     qlen = template_queries(n)
-    layout = (WARPS, VEC_BYTES)  # module settings a benchmark may change between calls
-    key = (dtype, heads, kv, qlen, d, isinstance(mask, mx.array), isinstance(mask, str))
-    key += (scale, layout)
+    key = (dtype, heads, kv, qlen, d, isinstance(mask, mx.array), isinstance(mask, str), scale)
     found = _variants.get(key)
     if found is None:
         group = heads // kv
-        vec, lanes = load_layout(dtype.size, d)
-        qpb = queries_per_block(group, n, d, lanes)
+        qpb = queries_per_block(group, n, d)
         (scale_bits,) = struct.unpack("<i", struct.pack("<f", float(scale)))
         template = [
             ("T", dtype),
@@ -375,8 +290,6 @@ def _variant(dtype: Any, heads: int, kv: int, n: int, d: int, mask: Any, scale: 
             ("QLEN", qlen),
             ("QPB", qpb),
             ("WARPS", WARPS),
-            ("VEC", vec),
-            ("LANES", lanes),
             ("CAUSAL", isinstance(mask, str)),
             ("SCALE_BITS", scale_bits),
         ]
@@ -392,15 +305,14 @@ def kernel_attention(
     b, heads, n, d = queries.shape
     kv = keys.shape[1]
     template, qpb = _variant(queries.dtype, heads, kv, n, d, mask, scale)
-    warps = dict(template)["WARPS"]
     chunks = -(-(heads // kv) * n // qpb)
     masked = isinstance(mask, mx.array)
     inputs = [queries, keys, values, _mask_4d(mask)] if masked else [queries, keys, values]
     (out,) = _kernel(masked)(
         inputs=inputs,
         template=template,
-        grid=(warps * 32, b * kv, chunks),
-        threadgroup=(warps * 32, 1, 1),
+        grid=(WARPS * 32, b * kv, chunks),
+        threadgroup=(WARPS * 32, 1, 1),
         output_shapes=[(b, n, heads, d)],
         output_dtypes=[queries.dtype],
     )
@@ -439,7 +351,6 @@ def restore_kernel_attention(model: Any) -> None:
 
 __all__ = [
     "kernel_attention",
-    "load_layout",
     "queries_per_block",
     "restore_kernel_attention",
     "takes_batched_decode",

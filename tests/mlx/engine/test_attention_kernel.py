@@ -148,10 +148,7 @@ def test_batched_decode_gives_the_same_tokens_with_the_kernel():
 def test_the_kernel_source_computes_attention_on_host_threads(tmp_path):
     """The CUDA source itself, run on host threads (tests/fixtures/cuda_host_sim.py):
     masked decode with GQA, a causal 16-query verify, a full draft block, head sizes 64 /
-    96 / 128 / 256, strided queries, keys that start inside their buffers, and every load
-    layout: a key a warp, two and four keys a warp (a 16-byte load of bfloat16 is 8
-    elements: here 32-byte loads of float32 stand for it), an element a load, and keys
-    off 16-byte boundaries (read element by element in the same layout)."""
+    96 / 128, strided queries and keys that start inside their buffers."""
     cases = [
         # few blocks: each runs 256 host threads
         Case(rows=3, kv_heads=1, group=4, queries=1, keys=45, head_dim=128, mask="array"),
@@ -160,22 +157,14 @@ def test_the_kernel_source_computes_attention_on_host_threads(tmp_path):
         Case(rows=2, kv_heads=1, group=2, queries=5, keys=23, head_dim=96, mask="causal"),
         # a verify's tail: 6 live vectors of a 16-vector block, the count read at run time
         Case(rows=2, kv_heads=1, group=3, queries=2, keys=19, head_dim=64, mask="array"),
-        # the Qwen3-8B decode layout in bfloat16: 8 elements a load, two keys a warp
-        Case(3, 1, 4, 1, 45, 128, "array", vec_bytes=32),
-        Case(2, 1, 3, 1, 43, 64, "array", vec_bytes=32),  # four keys a warp
-        Case(1, 1, 2, 1, 21, 256, "array"),  # two loads a lane
-        Case(2, 1, 4, 1, 45, 128, "array", vec_bytes=32, offset=1),  # unaligned
-        Case(1, 1, 3, 16, 40, 64, "causal", vec_bytes=16, offset=2),
-        Case(2, 1, 4, 1, 45, 128, "array", vec_bytes=4),  # an element a load
     ]
     program = build_program(
         attention_kernel._SOURCE,
-        {"MASK_KEY": attention_kernel._MASK_KEY, "MASK_QUERY": attention_kernel._MASK_QUERY},
+        attention_kernel._MASK_LOOKUP,
         attention_kernel._HEADER,
         cases,
         queries_per_block,
         attention_kernel.template_queries,
-        attention_kernel.load_layout,
         attention_kernel.WARPS,
     )
     errors = run_cases(program, tmp_path)
