@@ -16,7 +16,8 @@
 # "q4-bare", "q4"), after an untimed warm-up. ORDER=check: the bare generator, an untimed
 # warm-up, the defaults over HTTP, the bare generator again. ORDER=kernel: ORDER=check
 # plus `engine.decode_attention = "mlx"` over HTTP after the defaults (which on CUDA take
-# omlx's attention kernel for batched decode). ORDER=gc: an untimed warm-up, the
+# omlx's attention kernel for batched decode). ORDER=lean: the warm-up, the defaults,
+# then the bare generator. ORDER=gc: an untimed warm-up, the
 # defaults over HTTP, `engine.freeze_gc = false` (label "gc-unfrozen"), the defaults
 # again (label "auto-2"): the step traces' gc_s say what the collector took in each.
 # Where nvidia-smi exists, its plain report (the card, clocks,
@@ -109,6 +110,14 @@ elif [ "${ORDER:-}" = check ] || [ "${ORDER:-}" = kernel ]; then
             --budget-s "$budget"
         gzip -c "$work/trace-http.jsonl" > "$out/http-trace-mlx-attention.jsonl.gz" || true
     fi
+    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
+        --label bare-after --budget-s "$budget"
+elif [ "${ORDER:-}" = lean ]; then
+    # Three passes where device time is short: the untimed warm-up, the defaults over
+    # HTTP, then the bare generator (label "bare-after").
+    python3 benchmarks/serving_scale.py "${common[@]}" \
+        --levels "$levels" --paths omlx_http --label warm-up --budget-s "$budget"
+    auto omlx_http
     python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
         --label bare-after --budget-s "$budget"
 elif [ "${ORDER:-}" = gc ]; then
