@@ -162,7 +162,20 @@ def run_server(settings: Settings, loaded: LoadedSettings | None = None) -> None
     # handlers that were there before it: make that a clean exit, not a traceback.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _exit_cleanly)
+    freeze_front_end(settings)
     uvicorn.Server(uvicorn_config(app, settings)).run(sockets=[sock])
+
+
+def freeze_front_end(settings: Settings) -> bool:
+    """Hide the server's modules and app from the cyclic collector's full passes
+    (engine.freeze_gc), as each model load does for what it loads: with the models in an
+    engine process this is all the front end's long-lived state. True when frozen."""
+    if not settings.engine.freeze_gc:
+        return False
+    from omlx.engine.collector import freeze_loaded
+
+    freeze_loaded()
+    return True
 
 
 def _listen_socket(settings: Settings) -> Any:

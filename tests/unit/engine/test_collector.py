@@ -77,3 +77,15 @@ def test_the_step_trace_reports_a_collection_in_its_row(tmp_path: Path) -> None:
     assert "gc_s" not in rows[0] or rows[0]["gc_gen"] < 2
     assert rows[1]["gc_gen"] == 2 and rows[1]["gc_n"] >= 1 and rows[1]["gc_s"] >= 0
     assert trace._gc._on_gc not in gc.callbacks
+
+
+def test_omlx_serve_freezes_the_front_end_unless_told_not_to(monkeypatch) -> None:
+    from omlx.cli.commands.serve import freeze_front_end
+    from omlx.engine import collector
+    from omlx.settings import EngineSettings, Settings
+
+    calls: list[bool] = []
+    monkeypatch.setattr(collector, "freeze_loaded", lambda: calls.append(True))
+    assert freeze_front_end(Settings())
+    assert not freeze_front_end(Settings(engine=EngineSettings(freeze_gc=False)))
+    assert calls == [True]
