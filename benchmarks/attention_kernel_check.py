@@ -1,6 +1,7 @@
 """omlx's attention kernel against MLX's attention on a CUDA GPU: same outputs, and time.
 
     python benchmarks/attention_kernel_check.py [--out FILE] [--repeats 7]
+        [--variants pairs,prefetch,pairs+prefetch]
 
 For each case (the Qwen3-8B shape's masked decode at 1-256 rows with ragged left padding,
 its lone unmasked row, SmolLM2's 16-query DFlash verify under "causal" and under an
@@ -9,8 +10,12 @@ are slices of larger buffers (as a KV cache hands them over) and the queries a t
 view (as the model's attention makes them). It checks `kernel_attention` against
 `mx.fast.scaled_dot_product_attention` (MLX's fused kernel or its composed fallback) and
 a float32 reference, then times a model's worth of layers (one call a layer, each on its
-own keys, all in one graph) both ways: medians of --repeats, after a warm-up. One JSON
-line per case; exit status 1 if any case's error is out of bounds. Needs CUDA.
+own keys, all in one graph) both ways: medians of --repeats, after a warm-up. --variants
+also checks and times the kernel's candidate loads in the same process (`pairs`: two
+neighbouring elements a load; `prefetch`: the next key's loads before this key's
+arithmetic; `pairs+prefetch`; `first`: neither, the first kernel), whatever the module's
+defaults are. One JSON line per case; exit status 1 if any case's error is out of
+bounds. Needs CUDA.
 """
 
 from __future__ import annotations
@@ -94,13 +99,17 @@ def timed(fn, repeats):
     return statistics.median(times)
 
 
-def time_both(q, layers, scale, mask, repeats, mx) -> tuple[float, float]:
-    """Milliseconds for a model's worth of layers in one graph: the kernel, then MLX."""
+def time_kernel(q, layers, scale, mask, repeats, mx) -> float:
+    """Milliseconds for a model's worth of layers in one graph, through the kernel."""
     from omlx.mlx_lm_compat.attention_kernel import kernel_attention
 
     def ours():
         mx.eval([kernel_attention(q, k, v, scale, mask) for k, v in layers])
 
+    return round(1e3 * timed(ours, repeats), 3)
+
+
+def time_mlx(q, layers, scale, mask, repeats, mx) -> float:
     def theirs():
         mx.eval(
             [
@@ -109,7 +118,19 @@ def time_both(q, layers, scale, mask, repeats, mx) -> tuple[float, float]:
             ]
         )
 
-    return round(1e3 * timed(ours, repeats), 3), round(1e3 * timed(theirs, repeats), 3)
+    return round(1e3 * timed(theirs, repeats), 3)
+
+
+def set_variant(name: str) -> None:
+    """Set the kernel module's candidate flags: "first", "pairs", "prefetch" or
+    "pairs+prefetch"."""
+    from omlx.mlx_lm_compat import attention_kernel
+
+    parts = set(name.split("+")) - {"first"}
+    if parts - {"pairs", "prefetch"}:
+        raise SystemExit(f"unknown variant {name!r}")
+    attention_kernel.PAIRED_LOADS = "pairs" in parts
+    attention_kernel.PREFETCH_NEXT_KEY = "prefetch" in parts
 
 
 def emit(line: dict, out: str) -> None:
@@ -124,9 +145,11 @@ def main() -> int:
     ap.add_argument("--out", default="")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--cases", default="", help="comma-separated names (default: all)")
+    ap.add_argument("--variants", default="", help="candidate loads also timed, comma-separated")
     args = ap.parse_args()
     import mlx.core as mx
 
+    from omlx.mlx_lm_compat import attention_kernel
     from omlx.mlx_lm_compat.attention_kernel import kernel_attention, takes_kernel
 
     if not mx.cuda.is_available():
@@ -162,8 +185,25 @@ def main() -> int:
         failed += not line["ok"]
         ks = [(k + 0.001 * i, v) for i in range(layers)]  # one layer's keys each
         mx.eval(ks)
-        line["kernel_ms"], line["mlx_ms"] = time_both(q, ks, scale, mask, args.repeats, mx)
+        line["kernel_ms"] = time_kernel(q, ks, scale, mask, args.repeats, mx)
+        line["mlx_ms"] = time_mlx(q, ks, scale, mask, args.repeats, mx)
         line["speedup"] = round(line["mlx_ms"] / line["kernel_ms"], 2)
+        defaults = (attention_kernel.PAIRED_LOADS, attention_kernel.PREFETCH_NEXT_KEY)
+        line["variants"] = {}
+        for name in [x for x in args.variants.split(",") if x]:
+            set_variant(name)
+            try:
+                other = kernel_attention(q, k, v, scale, mask)
+                err = mx.abs(other.astype(mx.float32) - ref).max().item()
+                ms = time_kernel(q, ks, scale, mask, args.repeats, mx)
+                line["variants"][name] = {"ms": ms, "max_err": round(err, 6)}
+                if err > bound:
+                    line["ok"], failed = False, failed + 1
+            except Exception as e:  # a compile error of the candidate
+                line["variants"][name] = {"error": f"{type(e).__name__}: {e}"[:500]}
+                failed += 1
+            finally:
+                attention_kernel.PAIRED_LOADS, attention_kernel.PREFETCH_NEXT_KEY = defaults
         emit(line, args.out)
     return 1 if failed else 0
 

@@ -24,7 +24,11 @@ from omlx.engine.sampling import (
     token_logprobs,
 )
 from omlx.mlx_lm_compat import StopSequences
-from omlx.mlx_lm_compat.attention_kernel import use_kernel_attention, warm_kernel_attention
+from omlx.mlx_lm_compat.attention_kernel import (
+    restore_kernel_attention,
+    use_kernel_attention,
+    warm_kernel_attention,
+)
 from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
 from omlx.mlx_lm_compat.decode_attention import use_folded_decode_attention
 from omlx.platform.device import on_cuda, on_gpu
@@ -57,12 +61,17 @@ class MLXBackend:
         elif attention in ("kernel", "decode_kernel"):
             use_kernel_attention(loaded.model, batched_decode_only=attention == "decode_kernel")
             if not getattr(loaded.model, "_omlx_kernel_warm", False):
-                # once a model (a generator is made anew after a failed step too); a
-                # failure here leaves the compile to the first step, never the load
+                # once a model (a generator is made anew after a failed step too). A
+                # kernel that does not compile or run here (another CUDA, another card)
+                # would fail every step: the model keeps MLX's attention instead.
                 try:
                     warm_kernel_attention(loaded.model)
                 except Exception:
-                    log.warning("attention kernel warm-up failed", exc_info=True)
+                    log.warning(
+                        "omlx's attention kernel failed on this GPU; using MLX's attention",
+                        exc_info=True,
+                    )
+                    restore_kernel_attention(loaded.model)
                 loaded.model._omlx_kernel_warm = True
         return FusedJoinBatchGenerator(
             loaded.model,

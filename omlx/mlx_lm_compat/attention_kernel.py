@@ -39,6 +39,11 @@ MAX_QUERIES = 16  # a DFlash block; a longer pass is a prefill, where MLX's own 
 HEAD_DIMS = (64, 96, 128, 256)  # whole warps of elements
 _DTYPES = (mx.bfloat16, mx.float16, mx.float32)
 WARPS = 8
+# Candidates measured against the first kernel by benchmarks/attention_kernel_check.py
+# (--variants) before either becomes the default: two elements a load (bfloat16 pairs),
+# and the next key's loads issued before this key's arithmetic.
+PAIRED_LOADS = False
+PREFETCH_NEXT_KEY = False
 
 _MASK_LOOKUP = """
       if (allowed) {
@@ -67,7 +72,13 @@ template <> __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
 """
 
 _SOURCE = """
-  constexpr int E = HEAD_DIM / 32;  // elements a lane holds: d = lane + 32 * e
+  constexpr int E = HEAD_DIM / 32;  // elements a lane holds: DIM(e), e < E
+  // Element e of a lane: lane + 32 e, or with PAIRS (HEAD_DIM a multiple of 64) the
+  // neighbours 2 lane + 64 (e / 2) + {0, 1}, so a load can fetch two at once.
+#define DIM(e) (PAIRS ? 2 * lane + 64 * ((e) >> 1) + ((e) & 1) : lane + 32 * (e))
+  struct alignas(2 * sizeof(T)) Pair {
+    T x[2];
+  };
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int b = blockIdx.y / KV_HEADS;
@@ -99,7 +110,7 @@ _SOURCE = """
 #pragma unroll
     for (int e = 0; e < E; ++e) {
       q[i][e] = live[i]
-          ? omlx_attention::to_float(qp[(lane + 32 * e) * queries_strides[3]]) * scale_log2
+          ? omlx_attention::to_float(qp[DIM(e) * queries_strides[3]]) * scale_log2
           : 0.f;
       o[i][e] = 0.f;
     }
@@ -109,15 +120,55 @@ _SOURCE = """
 
   const T* kp = keys + b * keys_strides[0] + kvh * keys_strides[1];
   const T* vp = values + b * values_strides[0] + kvh * values_strides[1];
-  for (int s = warp; s < S; s += WARPS) {
+  // PAIRS: two neighbouring elements a load where the layout allows it (a cache's
+  // slices of contiguous buffers do); element by element otherwise. The same for every
+  // thread of the block, so no divergence.
+  const bool paired = PAIRS && keys_strides[3] == 1 && values_strides[3] == 1
+      && ((keys_strides[0] | keys_strides[1] | keys_strides[2]) & 1) == 0
+      && ((values_strides[0] | values_strides[1] | values_strides[2]) & 1) == 0
+      && reinterpret_cast<unsigned long long>(keys) % (2 * sizeof(T)) == 0
+      && reinterpret_cast<unsigned long long>(values) % (2 * sizeof(T)) == 0;
+  auto fetch = [&](int s, T* kdst, T* vdst) {
     const T* ks = kp + s * keys_strides[2];
     const T* vs = vp + s * values_strides[2];
+    if (paired) {
+#pragma unroll
+      for (int j = 0; j < E / 2; ++j) {
+        const Pair kpair = *reinterpret_cast<const Pair*>(ks + 2 * lane + 64 * j);
+        const Pair vpair = *reinterpret_cast<const Pair*>(vs + 2 * lane + 64 * j);
+        kdst[2 * j] = kpair.x[0];
+        kdst[2 * j + 1] = kpair.x[1];
+        vdst[2 * j] = vpair.x[0];
+        vdst[2 * j + 1] = vpair.x[1];
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        kdst[e] = ks[DIM(e) * keys_strides[3]];
+        vdst[e] = vs[DIM(e) * values_strides[3]];
+      }
+    }
+  };
+  // PREFETCH: the next key's loads are issued before this key's arithmetic, into the
+  // raw registers this key was just read from (E more values a lane for keys and values).
+  T kraw[E];
+  T vraw[E];
+  if (PREFETCH && warp < S) {
+    fetch(warp, kraw, vraw);
+  }
+  for (int s = warp; s < S; s += WARPS) {
+    if (!PREFETCH) {
+      fetch(s, kraw, vraw);
+    }
     float k[E];
     float val[E];
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-      k[e] = omlx_attention::to_float(ks[(lane + 32 * e) * keys_strides[3]]);
-      val[e] = omlx_attention::to_float(vs[(lane + 32 * e) * values_strides[3]]);
+      k[e] = omlx_attention::to_float(kraw[e]);
+      val[e] = omlx_attention::to_float(vraw[e]);
+    }
+    if (PREFETCH && s + WARPS < S) {
+      fetch(s + WARPS, kraw, vraw);
     }
 #pragma unroll
     for (int i = 0; i < QPB; ++i) {
@@ -162,7 +213,7 @@ _SOURCE = """
   for (int i = 0; i < QPB; ++i) {
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-      sm_o[warp][lane + 32 * e] = o[i][e];
+      sm_o[warp][DIM(e)] = o[i][e];
     }
     __syncthreads();
     if (live[i]) {
@@ -185,6 +236,7 @@ _SOURCE = """
     }
     __syncthreads();
   }
+#undef DIM
 """
 
 _kernels: dict[bool, Any] = {}
@@ -276,7 +328,9 @@ _variants: dict[tuple, tuple[list, int]] = {}
 
 def _variant(dtype: Any, heads: int, kv: int, n: int, d: int, mask: Any, scale: float):
     qlen = template_queries(n)
+    pairs, prefetch = PAIRED_LOADS and d % 64 == 0, PREFETCH_NEXT_KEY
     key = (dtype, heads, kv, qlen, d, isinstance(mask, mx.array), isinstance(mask, str), scale)
+    key += (pairs, prefetch)
     found = _variants.get(key)
     if found is None:
         group = heads // kv
@@ -290,6 +344,8 @@ def _variant(dtype: Any, heads: int, kv: int, n: int, d: int, mask: Any, scale: 
             ("QLEN", qlen),
             ("QPB", qpb),
             ("WARPS", WARPS),
+            ("PAIRS", pairs),
+            ("PREFETCH", prefetch),
             ("CAUSAL", isinstance(mask, str)),
             ("SCALE_BITS", scale_bits),
         ]

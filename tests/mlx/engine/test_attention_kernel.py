@@ -97,6 +97,27 @@ def test_the_engine_setting_installs_it_on_cuda_only():
     assert module.scaled_dot_product_attention is original
 
 
+def test_a_kernel_that_fails_at_load_leaves_the_model_on_mlx_attention(monkeypatch):
+    """A CUDA that cannot compile or run the kernel must not fail every step: the warm-up
+    at load is where it shows, and the model goes back to MLX's attention."""
+    import sys
+
+    from omlx.engine import mlx_backend
+    from omlx.engine.loading import LoadedModel
+
+    def broken(model):
+        raise RuntimeError("nvrtc: error")
+
+    monkeypatch.setattr(mlx_backend, "on_cuda", lambda: True)
+    monkeypatch.setattr(mlx_backend, "warm_kernel_attention", broken)
+    model = build_target("qwen3", head_dim=64)
+    module = sys.modules[type(model.model.layers[0].self_attn).__module__]
+    original = module.scaled_dot_product_attention
+    loaded = LoadedModel(model, None, None, frozenset(), 0)  # type: ignore[arg-type]
+    MLXBackend(EngineSettings(decode_attention="kernel")).new_generator(loaded).close()
+    assert module.scaled_dot_product_attention is original
+
+
 @cuda
 @pytest.mark.parametrize(
     "b,heads,kv,n,d,mask_kind,dtype",
@@ -157,6 +178,14 @@ def test_the_kernel_source_computes_attention_on_host_threads(tmp_path):
         Case(rows=2, kv_heads=1, group=2, queries=5, keys=23, head_dim=96, mask="causal"),
         # a verify's tail: 6 live vectors of a 16-vector block, the count read at run time
         Case(rows=2, kv_heads=1, group=3, queries=2, keys=19, head_dim=64, mask="array"),
+        # the candidate loads: pairs, the next key early, both; keys off pair boundaries
+        # (read element by element); a head size that cannot pair (96)
+        Case(3, 1, 4, 1, 45, 128, "array", pairs=True),
+        Case(3, 1, 4, 1, 45, 128, "array", prefetch=True),
+        Case(1, 2, 3, 16, 40, 64, "causal", pairs=True, prefetch=True),
+        Case(2, 1, 4, 1, 45, 128, "array", pairs=True, prefetch=True, offset=1),
+        Case(1, 1, 2, 1, 21, 256, "array", pairs=True, prefetch=True),
+        Case(2, 1, 2, 5, 23, 96, "causal", pairs=True, prefetch=True),
     ]
     program = build_program(
         attention_kernel._SOURCE,
