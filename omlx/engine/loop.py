@@ -189,15 +189,15 @@ class EngineLoop:
         share = 1.0 if share >= 1.0 else share * PLANNED_SHARE_FRACTION  # 1 = prefill first
         self._pacer = PrefillPacer(share, self.settings.prefill_step_tokens)
         self._gen = self.backend.new_generator(self._lm)
-        if self.settings.step_trace:
-            self._trace = StepTrace(self.settings.step_trace, self.name)
-            self._outbox.trace = self._trace
         if self.prefix_factory is not None:
             self._prefix = self.prefix_factory(self._lm.model, self.path)
         self.metrics.memory["model_bytes"] = self._lm.weight_bytes
         self._blas = process_governor()
         if self.settings.freeze_gc:
             freeze_loaded()
+        if self.settings.step_trace:  # after the load's collection: not a serving pause
+            self._trace = StepTrace(self.settings.step_trace, self.name)
+            self._outbox.trace = self._trace
 
     def should_exit(self) -> bool:
         if self._deadline is None:
