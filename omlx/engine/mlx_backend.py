@@ -58,12 +58,15 @@ class MLXBackend:
         attention = self.settings.attention_mode(cuda=on_cuda())
         if attention == "folded":
             use_folded_decode_attention(loaded.model)
-        elif attention in ("kernel", "decode_kernel"):
+        elif attention in ("kernel", "decode_kernel") and not getattr(
+            loaded.model, "_omlx_kernel_failed", False
+        ):
             use_kernel_attention(loaded.model, batched_decode_only=attention == "decode_kernel")
             if not getattr(loaded.model, "_omlx_kernel_warm", False):
                 # once a model (a generator is made anew after a failed step too). A
                 # kernel that does not compile or run here (another CUDA, another card)
-                # would fail every step: the model keeps MLX's attention instead.
+                # would fail every step: the model keeps MLX's attention instead, in
+                # this generator and every later one.
                 try:
                     warm_kernel_attention(loaded.model)
                 except Exception:
@@ -72,6 +75,7 @@ class MLXBackend:
                         exc_info=True,
                     )
                     restore_kernel_attention(loaded.model)
+                    loaded.model._omlx_kernel_failed = True
                 loaded.model._omlx_kernel_warm = True
         return FusedJoinBatchGenerator(
             loaded.model,

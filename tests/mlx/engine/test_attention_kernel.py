@@ -114,7 +114,10 @@ def test_a_kernel_that_fails_at_load_leaves_the_model_on_mlx_attention(monkeypat
     module = sys.modules[type(model.model.layers[0].self_attn).__module__]
     original = module.scaled_dot_product_attention
     loaded = LoadedModel(model, None, None, frozenset(), 0)  # type: ignore[arg-type]
-    MLXBackend(EngineSettings(decode_attention="kernel")).new_generator(loaded).close()
+    backend = MLXBackend(EngineSettings(decode_attention="kernel"))
+    backend.new_generator(loaded).close()
+    assert module.scaled_dot_product_attention is original
+    backend.new_generator(loaded).close()  # a generator made anew after a failed step
     assert module.scaled_dot_product_attention is original
 
 
