@@ -36,51 +36,49 @@ trap 'gpu_report end' EXIT  # a failed step still leaves the end report
 out=${OUT:-$work/out}
 mkdir -p "$out"
 common=(--tokenizer "$tok" --workdir "$work" --trace --out "$out/serving_scale.jsonl")
+# One pass: run_pass PATHS LABEL [LEVELS] (environment assignments before it apply);
+# keep_trace LABEL copies the last HTTP pass's step trace to $out.
+run_pass() {
+    python3 benchmarks/serving_scale.py "${common[@]}" --levels "${3:-$levels}" \
+        --paths "$1" --label "$2" --budget-s "$budget"
+}
+keep_trace() {
+    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-$1.jsonl.gz" || true
+}
 auto() {
-    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" \
-        --paths "$1" --label auto --budget-s "$budget"
-    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-auto.jsonl.gz" || true
+    run_pass "$1" auto
+    keep_trace auto
 }
 before() {
     OMLX_ENGINE__PREFILL_BATCH_SIZE=8 OMLX_CACHE__PARTIAL_BLOCKS=true \
         python3 benchmarks/serving_scale.py "${common[@]}" --levels 32,64,128 \
         --paths "$1" --label before --budget-s "$((budget / 2))"
-    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-before.jsonl.gz" || true
+    keep_trace before
 }
 if [ "${ORDER:-auto-first}" = before-first ]; then
-    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
-        --label auto --budget-s "$budget"
+    run_pass bare auto
     before omlx_http
     auto omlx_http
 elif [ "${ORDER:-}" = split ]; then
     # MLX's CUDA backend compiles kernels the first time a shape is seen (seconds each,
     # cached on disk): an untimed pass of omlx's own shapes first, so neither side of the
     # A/B pays them; the bare generator before and after, its better run counts.
-    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
-        --label bare-before --budget-s "$budget"
-    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths omlx_http \
-        --label warm-up --budget-s "$budget"
+    run_pass bare bare-before
+    run_pass omlx_http warm-up
     OMLX_SERVER__ENGINE_PROCESS=on auto omlx_http
-    OMLX_SERVER__ENGINE_PROCESS=off python3 benchmarks/serving_scale.py "${common[@]}" \
-        --levels 64,128 --paths omlx_http --label in-process --budget-s "$budget"
-    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-in-process.jsonl.gz" || true
-    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
-        --label bare-after --budget-s "$budget"
+    OMLX_SERVER__ENGINE_PROCESS=off run_pass omlx_http in-process 64,128
+    keep_trace in-process
+    run_pass bare bare-after
 elif [ "${ORDER:-}" = fused ]; then
-    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
-        --label bare-before --budget-s "$budget"
-    python3 benchmarks/serving_scale.py "${common[@]}" \
-        --levels 1,64 --paths omlx_http --label warm-up --budget-s "$budget"
+    run_pass bare bare-before
+    run_pass omlx_http warm-up 1,64
     auto omlx_http
-    OMLX_ENGINE__FUSED_PROJECTIONS=off python3 benchmarks/serving_scale.py "${common[@]}" \
-        --levels "$levels" --paths omlx_http --label unfused --budget-s "$budget"
-    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-unfused.jsonl.gz" || true
+    OMLX_ENGINE__FUSED_PROJECTIONS=off run_pass omlx_http unfused
+    keep_trace unfused
     OMLX_ENGINE__FUSED_PROJECTIONS=on OMLX_ENGINE__DECODE_ATTENTION=folded \
-        python3 benchmarks/serving_scale.py "${common[@]}" --levels 64,128 \
-        --paths omlx_http --label fused-folded --budget-s "$budget"
-    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-fused-folded.jsonl.gz" || true
-    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
-        --label bare-after --budget-s "$budget"
+        run_pass omlx_http fused-folded 64,128
+    keep_trace fused-folded
+    run_pass bare bare-after
 elif [ "${ORDER:-}" = quantized ]; then
     # The same shape with 4-bit weights (groups of 64, bf16 scales): a quantized matmul of
     # many rows is MLX's own kernel on CUDA, not a cuBLASLt call captured per step.
@@ -91,7 +89,7 @@ elif [ "${ORDER:-}" = quantized ]; then
         --paths omlx_http --label q4-warm-up --budget-s "$budget"
     python3 benchmarks/serving_scale.py "${common[@]}" "${q4[@]}" --levels "$levels" \
         --paths omlx_http --label q4 --budget-s "$budget"
-    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-q4.jsonl.gz" || true
+    keep_trace q4
 elif [ "${ORDER:-}" = check ] || [ "${ORDER:-}" = kernel ]; then
     # The done-when in one run: the bare generator, an untimed warm-up of omlx's kernels
     # at every level (the first run's warm-up covered 1 and 64 streams, and its 32-stream
@@ -99,42 +97,31 @@ elif [ "${ORDER:-}" = check ] || [ "${ORDER:-}" = kernel ]; then
     # the defaults over HTTP, the bare generator again (its better run counts).
     # ORDER=kernel adds, after the defaults (omlx's CUDA attention kernel for batched
     # decode), MLX's own attention over HTTP (label "mlx-attention").
-    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
-        --label bare-before --budget-s "$budget"
-    python3 benchmarks/serving_scale.py "${common[@]}" \
-        --levels "$levels" --paths omlx_http --label warm-up --budget-s "$budget"
+    run_pass bare bare-before
+    run_pass omlx_http warm-up
     auto omlx_http
     if [ "${ORDER}" = kernel ]; then
-        OMLX_ENGINE__DECODE_ATTENTION=mlx python3 benchmarks/serving_scale.py \
-            "${common[@]}" --levels "$levels" --paths omlx_http --label mlx-attention \
-            --budget-s "$budget"
-        gzip -c "$work/trace-http.jsonl" > "$out/http-trace-mlx-attention.jsonl.gz" || true
+        OMLX_ENGINE__DECODE_ATTENTION=mlx run_pass omlx_http mlx-attention
+        keep_trace mlx-attention
     fi
-    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
-        --label bare-after --budget-s "$budget"
+    run_pass bare bare-after
 elif [ "${ORDER:-}" = lean ]; then
     # Three passes where device time is short: the untimed warm-up, the defaults over
     # HTTP, then the bare generator (label "bare-after").
-    python3 benchmarks/serving_scale.py "${common[@]}" \
-        --levels "$levels" --paths omlx_http --label warm-up --budget-s "$budget"
+    run_pass omlx_http warm-up
     auto omlx_http
-    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths bare \
-        --label bare-after --budget-s "$budget"
+    run_pass bare bare-after
 elif [ "${ORDER:-}" = gc ]; then
-    python3 benchmarks/serving_scale.py "${common[@]}" \
-        --levels "$levels" --paths omlx_http --label warm-up --budget-s "$budget"
+    run_pass omlx_http warm-up
     auto omlx_http
-    OMLX_ENGINE__FREEZE_GC=false python3 benchmarks/serving_scale.py "${common[@]}" \
-        --levels "$levels" --paths omlx_http --label gc-unfrozen --budget-s "$budget"
-    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-gc-unfrozen.jsonl.gz" || true
-    python3 benchmarks/serving_scale.py "${common[@]}" --levels "$levels" --paths omlx_http \
-        --label auto-2 --budget-s "$budget"
-    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-auto-2.jsonl.gz" || true
+    OMLX_ENGINE__FREEZE_GC=false run_pass omlx_http gc-unfrozen
+    keep_trace gc-unfrozen
+    run_pass omlx_http auto-2
+    keep_trace auto-2
 elif [ "${ORDER:-}" = folded ]; then
     auto bare,omlx_http
-    OMLX_ENGINE__DECODE_ATTENTION=folded python3 benchmarks/serving_scale.py "${common[@]}" \
-        --levels "$levels" --paths omlx_http --label folded --budget-s "$budget"
-    gzip -c "$work/trace-http.jsonl" > "$out/http-trace-folded.jsonl.gz" || true
+    OMLX_ENGINE__DECODE_ATTENTION=folded run_pass omlx_http folded
+    keep_trace folded
 else
     auto bare,omlx_http
     [ "${ORDER:-}" = auto-only ] || before omlx_http
