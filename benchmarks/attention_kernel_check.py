@@ -1,7 +1,7 @@
 """omlx's attention kernel against MLX's attention on a CUDA GPU: same outputs, and time.
 
     python benchmarks/attention_kernel_check.py [--out FILE] [--repeats 7]
-        [--variants pairs,prefetch,pairs+prefetch]
+        [--variants pairs,prefetch,pairs+prefetch,keys4,pairs+keys2]
 
 For each case (the Qwen3-8B shape's masked decode at 1-256 rows with ragged left padding,
 its lone unmasked row, SmolLM2's 16-query DFlash verify under "causal" and under an
@@ -13,7 +13,8 @@ a float32 reference, then times a model's worth of layers (one call a layer, eac
 own keys, all in one graph) both ways: medians of --repeats, after a warm-up. --variants
 also checks and times the kernel's candidate loads in the same process (`pairs`: two
 neighbouring elements a load; `prefetch`: the next key's loads before this key's
-arithmetic; `pairs+prefetch`; `first`: neither, the first kernel), whatever the module's
+arithmetic; `keysN`: N keys' loads issued together; parts joined by "+"; `first`: none,
+the first kernel), whatever the module's
 defaults are. One JSON line per case; exit status 1 if any case's error is out of
 bounds. Needs CUDA.
 """
@@ -122,15 +123,17 @@ def time_mlx(q, layers, scale, mask, repeats, mx) -> float:
 
 
 def set_variant(name: str) -> None:
-    """Set the kernel module's candidate flags: "first", "pairs", "prefetch" or
-    "pairs+prefetch"."""
+    """Set the kernel module's candidate flags from "+"-joined parts: "first" (none),
+    "pairs", "prefetch", "keysN" (N keys' loads together), e.g. "pairs+keys4"."""
     from omlx.mlx_lm_compat import attention_kernel
 
     parts = set(name.split("+")) - {"first"}
-    if parts - {"pairs", "prefetch"}:
+    batches = [p for p in parts if p.startswith("keys") and p[4:].isdigit()]
+    if parts - {"pairs", "prefetch"} - set(batches) or len(batches) > 1:
         raise SystemExit(f"unknown variant {name!r}")
     attention_kernel.PAIRED_LOADS = "pairs" in parts
     attention_kernel.PREFETCH_NEXT_KEY = "prefetch" in parts
+    attention_kernel.KEY_BATCH = int(batches[0][4:]) if batches else 1
 
 
 def emit(line: dict, out: str) -> None:
@@ -188,7 +191,8 @@ def main() -> int:
         line["kernel_ms"] = time_kernel(q, ks, scale, mask, args.repeats, mx)
         line["mlx_ms"] = time_mlx(q, ks, scale, mask, args.repeats, mx)
         line["speedup"] = round(line["mlx_ms"] / line["kernel_ms"], 2)
-        defaults = (attention_kernel.PAIRED_LOADS, attention_kernel.PREFETCH_NEXT_KEY)
+        flags = ("PAIRED_LOADS", "PREFETCH_NEXT_KEY", "KEY_BATCH")
+        defaults = [getattr(attention_kernel, f) for f in flags]
         line["variants"] = {}
         for name in [x for x in args.variants.split(",") if x]:
             set_variant(name)
@@ -203,7 +207,8 @@ def main() -> int:
                 line["variants"][name] = {"error": f"{type(e).__name__}: {e}"[:500]}
                 failed += 1
             finally:
-                attention_kernel.PAIRED_LOADS, attention_kernel.PREFETCH_NEXT_KEY = defaults
+                for flag, value in zip(flags, defaults, strict=True):
+                    setattr(attention_kernel, flag, value)
         emit(line, args.out)
     return 1 if failed else 0
 

@@ -40,10 +40,12 @@ HEAD_DIMS = (64, 96, 128, 256)  # whole warps of elements
 _DTYPES = (mx.bfloat16, mx.float16, mx.float32)
 WARPS = 8
 # Candidates measured against the first kernel by benchmarks/attention_kernel_check.py
-# (--variants) before either becomes the default: two elements a load (bfloat16 pairs),
-# and the next key's loads issued before this key's arithmetic.
+# (--variants) before any becomes the default: two elements a load (bfloat16 pairs), the
+# next key's loads issued before this key's arithmetic, and several keys' loads issued
+# together (KEY_BATCH > 1; PREFETCH_NEXT_KEY takes precedence over it).
 PAIRED_LOADS = False
 PREFETCH_NEXT_KEY = False
+KEY_BATCH = 1
 
 _MASK_LOOKUP = """
       if (allowed) {
@@ -151,50 +153,64 @@ _SOURCE = """
   };
   // PREFETCH: the next key's loads are issued before this key's arithmetic, into the
   // raw registers this key was just read from (E more values a lane for keys and values).
-  T kraw[E];
-  T vraw[E];
+  // KEY_BATCH (without PREFETCH): the loads of a warp's next KEY_BATCH keys issued
+  // together, then their arithmetic one by one, so their memory latencies overlap.
+  T kraw[KEY_BATCH][E];
+  T vraw[KEY_BATCH][E];
   if (PREFETCH && warp < S) {
-    fetch(warp, kraw, vraw);
+    fetch(warp, kraw[0], vraw[0]);
   }
-  for (int s = warp; s < S; s += WARPS) {
+  for (int s0 = warp; s0 < S; s0 += WARPS * KEY_BATCH) {
     if (!PREFETCH) {
-      fetch(s, kraw, vraw);
-    }
-    float k[E];
-    float val[E];
 #pragma unroll
-    for (int e = 0; e < E; ++e) {
-      k[e] = omlx_attention::to_float(kraw[e]);
-      val[e] = omlx_attention::to_float(vraw[e]);
-    }
-    if (PREFETCH && s + WARPS < S) {
-      fetch(s + WARPS, kraw, vraw);
-    }
-#pragma unroll
-    for (int i = 0; i < QPB; ++i) {
-      bool allowed = live[i] && (!CAUSAL || s <= qoff + ql[i]);
-      MASK_LOOKUP
-      if (!allowed) {
-        continue;  // the same for every lane of the warp: no shuffle is left waiting
+      for (int j = 0; j < KEY_BATCH; ++j) {
+        if (s0 + j * WARPS < S) {
+          fetch(s0 + j * WARPS, kraw[j], vraw[j]);
+        }
       }
-      float dot = 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < KEY_BATCH; ++j) {
+      const int s = s0 + j * WARPS;
+      if (s >= S) {
+        break;  // the same for every lane of the warp
+      }
+      float k[E];
+      float val[E];
 #pragma unroll
       for (int e = 0; e < E; ++e) {
-        dot += q[i][e] * k[e];
+        k[e] = omlx_attention::to_float(kraw[j][e]);
+        val[e] = omlx_attention::to_float(vraw[j][e]);
+      }
+      if (PREFETCH && s + WARPS < S) {
+        fetch(s + WARPS, kraw[0], vraw[0]);
       }
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) {
-        dot += __shfl_xor_sync(0xffffffff, dot, off);
-      }
-      const float mn = fmaxf(m[i], dot);
-      const float f = exp2f(m[i] - mn);
-      const float p = exp2f(dot - mn);
-      lsum[i] = lsum[i] * f + p;
+      for (int i = 0; i < QPB; ++i) {
+        bool allowed = live[i] && (!CAUSAL || s <= qoff + ql[i]);
+        MASK_LOOKUP
+        if (!allowed) {
+          continue;  // the same for every lane of the warp: no shuffle is left waiting
+        }
+        float dot = 0.f;
 #pragma unroll
-      for (int e = 0; e < E; ++e) {
-        o[i][e] = o[i][e] * f + p * val[e];
+        for (int e = 0; e < E; ++e) {
+          dot += q[i][e] * k[e];
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+          dot += __shfl_xor_sync(0xffffffff, dot, off);
+        }
+        const float mn = fmaxf(m[i], dot);
+        const float f = exp2f(m[i] - mn);
+        const float p = exp2f(dot - mn);
+        lsum[i] = lsum[i] * f + p;
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          o[i][e] = o[i][e] * f + p * val[e];
+        }
+        m[i] = mn;
       }
-      m[i] = mn;
     }
   }
 
@@ -329,8 +345,9 @@ _variants: dict[tuple, tuple[list, int]] = {}
 def _variant(dtype: Any, heads: int, kv: int, n: int, d: int, mask: Any, scale: float):
     qlen = template_queries(n)
     pairs, prefetch = PAIRED_LOADS and d % 64 == 0, PREFETCH_NEXT_KEY
+    key_batch = 1 if prefetch else max(1, int(KEY_BATCH))
     key = (dtype, heads, kv, qlen, d, isinstance(mask, mx.array), isinstance(mask, str), scale)
-    key += (pairs, prefetch)
+    key += (pairs, prefetch, key_batch)
     found = _variants.get(key)
     if found is None:
         group = heads // kv
@@ -346,6 +363,7 @@ def _variant(dtype: Any, heads: int, kv: int, n: int, d: int, mask: Any, scale: 
             ("WARPS", WARPS),
             ("PAIRS", pairs),
             ("PREFETCH", prefetch),
+            ("KEY_BATCH", key_batch),
             ("CAUSAL", isinstance(mask, str)),
             ("SCALE_BITS", scale_bits),
         ]

@@ -188,6 +188,9 @@ def test_the_kernel_source_computes_attention_on_host_threads(tmp_path):
         Case(1, 1, 3, 16, 40, 64, "causal", pairs=True, prefetch=True),
         Case(1, 1, 4, 1, 45, 128, "array", pairs=True, prefetch=True, offset=1),
         Case(1, 1, 2, 5, 23, 96, "causal", prefetch=True),
+        # several keys' loads together: 45 and 40 keys leave a warp a partial last batch
+        Case(2, 1, 4, 1, 45, 128, "array", key_batch=4),
+        Case(1, 1, 3, 16, 40, 64, "causal", pairs=True, key_batch=2),
     ]
     program = build_program(
         attention_kernel._SOURCE,
