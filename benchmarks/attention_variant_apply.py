@@ -36,8 +36,12 @@ def pick(lines: list[dict], case: str, margin: float) -> str:
     timed = {n: v["ms"] for n, v in by_case.get(case, {}).items() if "ms" in v}
     if "first" not in timed:
         return "first"
-    bad = {n for line in lines for n, v in line.get("variants", {}).items() if "ms" not in v}
-    bad |= {n for line in lines if not line.get("ok", True) for n in line.get("variants", {})}
+    bad = {
+        n
+        for line in lines
+        for n, v in line.get("variants", {}).items()
+        if "ms" not in v or not v.get("ok", True)
+    }
     best = min((n for n in timed if n not in bad), key=timed.get, default="first")
     if timed[best] > (1 - margin) * timed["first"]:
         return "first"
