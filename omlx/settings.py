@@ -152,6 +152,15 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
             "omlx/mlx_lm_compat/attention_kernel.py"
         ),
     ] = "auto"
+    fused_norm_rope: Annotated[
+        Literal["off", "on"],
+        _doc(
+            "NVIDIA GPUs, Qwen3-style attention: each layer's query and key norms and "
+            "rotations as one custom CUDA kernel instead of eight graph nodes, for decode "
+            "steps bound by the host's work per node; experimental until measured, see "
+            "omlx/mlx_lm_compat/norm_rope_kernel.py"
+        ),
+    ] = "off"
     fused_projections: Annotated[
         Literal["auto", "off", "on"],
         _doc(

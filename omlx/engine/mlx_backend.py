@@ -31,6 +31,7 @@ from omlx.mlx_lm_compat.attention_kernel import (
 )
 from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
 from omlx.mlx_lm_compat.decode_attention import use_folded_decode_attention
+from omlx.mlx_lm_compat.norm_rope_kernel import restore_norm_rope, use_norm_rope
 from omlx.platform.device import on_cuda, on_gpu
 from omlx.settings import EngineSettings
 
@@ -55,6 +56,8 @@ class MLXBackend:
         )
 
     def new_generator(self, loaded: LoadedModel) -> FusedJoinBatchGenerator:
+        if self.settings.fused_norm_rope == "on" and on_cuda():
+            self._install_norm_rope(loaded.model)
         attention = self.settings.attention_mode(cuda=on_cuda())
         if attention == "folded":
             use_folded_decode_attention(loaded.model)
@@ -84,6 +87,19 @@ class MLXBackend:
             prefill_step_size=self.settings.prefill_step_tokens,
             stream=mx.new_stream(mx.default_device()),
         )
+
+    @staticmethod
+    def _install_norm_rope(model: Any) -> None:
+        """engine.fused_norm_rope: compiled at once with a two-row step (as the attention
+        kernel is); one that fails here leaves the model's own norms for good."""
+        if getattr(model, "_omlx_norm_rope_failed", False) or not use_norm_rope(model):
+            return
+        try:
+            warm_kernel_attention(model)  # runs the model: compiles whatever is installed
+        except Exception:
+            log.warning("omlx's norm-rope kernel failed on this GPU; not using it", exc_info=True)
+            restore_norm_rope(model)
+            model._omlx_norm_rope_failed = True
 
     def eos_stops(self, eos_token_ids: Sequence[int]) -> StopSequences:
         return StopSequences([(t,) for t in sorted(eos_token_ids)])
