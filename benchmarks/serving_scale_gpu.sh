@@ -20,8 +20,8 @@
 # then the bare generator. ORDER=gc: an untimed warm-up, the
 # defaults over HTTP, `engine.freeze_gc = false` (label "gc-unfrozen"), the defaults
 # again (label "auto-2"): the step traces' gc_s say what the collector took in each.
-# ORDER=lean-nr: ORDER=lean with a pass of `engine.fused_norm_rope = "on"` before the
-# bare generator (label "norm-rope").
+# ORDER=lean-nr: ORDER=lean, then a pass of `engine.fused_norm_rope = "on"` (label
+# "norm-rope").
 # Where nvidia-smi exists, its plain report (the card, clocks,
 # power, other processes) goes into the log at the start and again at the end.
 #   benchmarks/serving_scale_gpu.sh TOKENIZER_DIR WORKDIR [BUDGET_S] [LEVELS]
@@ -114,13 +114,13 @@ elif [ "${ORDER:-}" = lean ]; then
     auto omlx_http
     run_pass bare bare-after
 elif [ "${ORDER:-}" = lean-nr ]; then
-    # ORDER=lean plus `engine.fused_norm_rope = "on"` over HTTP (label "norm-rope") at
-    # 1, 32, 64 and 128 streams, after the defaults.
+    # ORDER=lean, then `engine.fused_norm_rope = "on"` over HTTP (label "norm-rope") at
+    # 1, 32, 64 and 128 streams: last, so a call that runs out of time loses only it.
     run_pass omlx_http warm-up
     auto omlx_http
+    run_pass bare bare-after
     OMLX_ENGINE__FUSED_NORM_ROPE=on run_pass omlx_http norm-rope 1,32,64,128
     keep_trace norm-rope
-    run_pass bare bare-after
 elif [ "${ORDER:-}" = gc ]; then
     run_pass omlx_http warm-up
     auto omlx_http
