@@ -40,12 +40,15 @@ HEAD_DIMS = (64, 96, 128, 256)  # whole warps of elements
 _DTYPES = (mx.bfloat16, mx.float16, mx.float32)
 WARPS = 8
 # Candidates measured against the first kernel by benchmarks/attention_kernel_check.py
-# (--variants) before any becomes the default: two elements a load (bfloat16 pairs), the
-# next key's loads issued before this key's arithmetic, and several keys' loads issued
-# together (KEY_BATCH > 1; PREFETCH_NEXT_KEY takes precedence over it).
+# (--variants): two elements a load (bfloat16 pairs), the next key's loads issued before
+# this key's arithmetic, and several keys' loads issued together (KEY_BATCH > 1;
+# PREFETCH_NEXT_KEY takes precedence over it). On an H100 (attention_kernel_keys_h100.jsonl)
+# four keys together took the 8B shape's decode 8-12% faster (64-256 rows, head 128),
+# and SmolLM2's (head 64) 20% slower: heads under KEY_BATCH_MIN_HEAD_DIM load one key.
 PAIRED_LOADS = False
 PREFETCH_NEXT_KEY = False
-KEY_BATCH = 1
+KEY_BATCH = 4
+KEY_BATCH_MIN_HEAD_DIM = 128
 
 _MASK_LOOKUP = """
       if (allowed) {
@@ -345,7 +348,7 @@ _variants: dict[tuple, tuple[list, int]] = {}
 def _variant(dtype: Any, heads: int, kv: int, n: int, d: int, mask: Any, scale: float):
     qlen = template_queries(n)
     pairs, prefetch = PAIRED_LOADS and d % 64 == 0, PREFETCH_NEXT_KEY
-    key_batch = 1 if prefetch else max(1, int(KEY_BATCH))
+    key_batch = 1 if prefetch or d < KEY_BATCH_MIN_HEAD_DIM else max(1, int(KEY_BATCH))
     key = (dtype, heads, kv, qlen, d, isinstance(mask, mx.array), isinstance(mask, str), scale)
     key += (pairs, prefetch, key_batch)
     found = _variants.get(key)
