@@ -13,7 +13,8 @@ a float32 reference, then times a model's worth of layers (one call a layer, eac
 own keys, all in one graph) both ways: medians of --repeats, after a warm-up. --variants
 also checks and times the kernel's candidate loads in the same process (`pairs`: two
 neighbouring elements a load; `prefetch`: the next key's loads before this key's
-arithmetic; `keysN`: N keys' loads issued together; parts joined by "+"; `first`: none,
+arithmetic; `keysN`: N keys' loads issued together; `lanes`: a key a lane instead of a
+key a warp; parts joined by "+"; `first`: none,
 the first kernel), whatever the module's
 defaults are. One JSON line per case; exit status 1 if any case's error is out of
 bounds. Needs CUDA.
@@ -129,11 +130,12 @@ def set_variant(name: str) -> None:
 
     parts = set(name.split("+")) - {"first"}
     batches = [p for p in parts if p.startswith("keys") and p[4:].isdigit()]
-    if parts - {"pairs", "prefetch"} - set(batches) or len(batches) > 1:
+    if parts - {"pairs", "prefetch", "lanes"} - set(batches) or len(batches) > 1:
         raise SystemExit(f"unknown variant {name!r}")
     attention_kernel.PAIRED_LOADS = "pairs" in parts
     attention_kernel.PREFETCH_NEXT_KEY = "prefetch" in parts
     attention_kernel.KEY_BATCH = int(batches[0][4:]) if batches else 1
+    attention_kernel.LANE_KEYS = "lanes" in parts
 
 
 def emit(line: dict, out: str) -> None:
@@ -191,7 +193,7 @@ def main() -> int:
         line["kernel_ms"] = time_kernel(q, ks, scale, mask, args.repeats, mx)
         line["mlx_ms"] = time_mlx(q, ks, scale, mask, args.repeats, mx)
         line["speedup"] = round(line["mlx_ms"] / line["kernel_ms"], 2)
-        flags = ("PAIRED_LOADS", "PREFETCH_NEXT_KEY", "KEY_BATCH")
+        flags = ("PAIRED_LOADS", "PREFETCH_NEXT_KEY", "KEY_BATCH", "LANE_KEYS")
         defaults = [getattr(attention_kernel, f) for f in flags]
         line["variants"] = {}
         for name in [x for x in args.variants.split(",") if x]:

@@ -28,6 +28,7 @@ def flags(name: str) -> dict[str, str]:
         "PAIRED_LOADS": str("pairs" in parts),
         "PREFETCH_NEXT_KEY": str("prefetch" in parts),
         "KEY_BATCH": batch,
+        "LANE_KEYS": str("lanes" in parts),
     }
 
 

@@ -11,8 +11,9 @@ host tens of microseconds to record on a host-bound step.
 
 Here one kernel does a layer's attention: a thread block per (row, KV head, chunk of
 query vectors), so each key and value is read once for the whole GQA group; each warp
-walks every WARPS-th key with an online (flash) softmax, and the warps' partial results
-are merged through shared memory. The mask is read as it is (boolean, any broadcast
+walks every WARPS-th key with an online (flash) softmax (or, LANE_KEYS, every WARPS-th
+tile of 32 keys, a key a lane), and the warps' partial results are merged through
+shared memory. The mask is read as it is (boolean, any broadcast
 shape over [B, H, L, S]); "causal" (L queries at the end of S keys) and None need no
 array. Queries, keys and values are read through their strides, so the cache's slice
 views and the transposed queries cost no copy, and the output is written in the
@@ -49,6 +50,9 @@ PAIRED_LOADS = False
 PREFETCH_NEXT_KEY = False
 KEY_BATCH = 4
 KEY_BATCH_MIN_HEAD_DIM = 128
+# A key a lane instead of a key a warp (_KEYS_A_WARP below): a candidate, off until
+# measured against the loop above.
+LANE_KEYS = False
 
 _MASK_LOOKUP = """
       if (allowed) {
@@ -76,7 +80,7 @@ template <> __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
 }  // namespace omlx_attention
 """
 
-_SOURCE = """
+_PROLOGUE = """
   constexpr int E = HEAD_DIM / 32;  // elements a lane holds: DIM(e), e < E
   // Element e of a lane: lane + 32 e, or with PAIRS (HEAD_DIM a multiple of 64) the
   // neighbours 2 lane + 64 (e / 2) + {0, 1}, so a load can fetch two at once.
@@ -125,6 +129,9 @@ _SOURCE = """
 
   const T* kp = keys + b * keys_strides[0] + kvh * keys_strides[1];
   const T* vp = values + b * values_strides[0] + kvh * values_strides[1];
+"""
+
+_KEY_A_WARP = """
   // PAIRS: two neighbouring elements a load where the layout allows it (a cache's
   // slices of contiguous buffers do); element by element otherwise. The same for every
   // thread of the block, so no divergence.
@@ -217,6 +224,119 @@ _SOURCE = """
     }
   }
 
+"""
+
+_KEYS_A_WARP = """
+  // LANES: a warp takes 32 keys at a time, one a lane. Each lane scores its key against
+  // every query of the block (the queries in shared memory; the key row read in 16-byte
+  // pieces where its layout allows), the tile's softmax costs two warp reductions a
+  // query, and then the tile's values are read key by key, every lane accumulating its
+  // elements of the output with that key's weight from the key's lane. Against the loop
+  // above (a key a warp: five dependent shuffles a query and key), far fewer shuffles
+  // and many more loads in flight.
+  __shared__ float sq[QPB][HEAD_DIM];
+  for (int idx = threadIdx.x; idx < QPB * HEAD_DIM; idx += WARPS * 32) {
+    const int i = idx / HEAD_DIM;
+    const int d = idx - i * HEAD_DIM;
+    const int v = q0 + i;
+    const bool ok = v < GQA * qlen;
+    const int g = ok ? v / qlen : 0;
+    const T* qp = queries + b * queries_strides[0] + (kvh * GQA + g) * queries_strides[1]
+        + (ok ? v - g * qlen : 0) * queries_strides[2];
+    sq[i][d] = ok ? omlx_attention::to_float(qp[d * queries_strides[3]]) * scale_log2 : 0.f;
+  }
+  __syncthreads();
+  constexpr int VEC = 16 / sizeof(T);
+  struct alignas(16) Chunk {
+    T x[VEC];
+  };
+  const bool whole_rows = keys_strides[3] == 1 && (keys_strides[2] * sizeof(T)) % 16 == 0
+      && reinterpret_cast<unsigned long long>(kp) % 16 == 0;
+  for (int t0 = warp * 32; t0 < S; t0 += WARPS * 32) {
+    const int s = t0 + lane;
+    float sc[QPB];
+#pragma unroll
+    for (int i = 0; i < QPB; ++i) {
+      sc[i] = 0.f;
+    }
+    if (s < S) {
+      const T* ks = kp + int64_t(s) * keys_strides[2];
+      if (whole_rows) {
+#pragma unroll 4
+        for (int c = 0; c < HEAD_DIM / VEC; ++c) {
+          const Chunk piece = reinterpret_cast<const Chunk*>(ks)[c];
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) {
+            const float kf = omlx_attention::to_float(piece.x[j]);
+#pragma unroll
+            for (int i = 0; i < QPB; ++i) {
+              sc[i] += sq[i][c * VEC + j] * kf;
+            }
+          }
+        }
+      } else {
+        for (int d = 0; d < HEAD_DIM; ++d) {
+          const float kf = omlx_attention::to_float(ks[d * keys_strides[3]]);
+#pragma unroll
+          for (int i = 0; i < QPB; ++i) {
+            sc[i] += sq[i][d] * kf;
+          }
+        }
+      }
+    }
+    float p[QPB];
+#pragma unroll
+    for (int i = 0; i < QPB; ++i) {
+      bool allowed = s < S && live[i] && (!CAUSAL || s <= qoff + ql[i]);
+      MASK_LOOKUP
+      float score = allowed ? sc[i] : omlx_attention::neg_inf();
+      float top = score;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        top = fmaxf(top, __shfl_xor_sync(0xffffffff, top, off));
+      }
+      const float mn = fmaxf(m[i], top);
+      if (mn == omlx_attention::neg_inf()) {
+        p[i] = 0.f;  // nothing of this query in the tile or before: the same in every lane
+        continue;
+      }
+      p[i] = exp2f(score - mn);
+      float total = p[i];
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        total += __shfl_xor_sync(0xffffffff, total, off);
+      }
+      const float f = exp2f(m[i] - mn);
+      lsum[i] = lsum[i] * f + total;
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        o[i][e] *= f;
+      }
+      m[i] = mn;
+    }
+    const int count = min(32, S - t0);
+#pragma unroll 4
+    for (int t = 0; t < count; ++t) {
+      const T* vs = vp + int64_t(t0 + t) * values_strides[2];
+      float val[E];
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        val[e] = omlx_attention::to_float(vs[DIM(e) * values_strides[3]]);
+      }
+#pragma unroll
+      for (int i = 0; i < QPB; ++i) {
+        const float weight = __shfl_sync(0xffffffff, p[i], t);
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          o[i][e] += weight * val[e];
+        }
+      }
+    }
+  }
+
+"""
+
+_MERGE = """
   __shared__ float sm_m[QPB][WARPS];
   __shared__ float sm_l[QPB][WARPS];
   __shared__ float sm_o[WARPS][HEAD_DIM];
@@ -258,24 +378,31 @@ _SOURCE = """
 #undef DIM
 """
 
-_kernels: dict[bool, Any] = {}
+_SOURCE = _PROLOGUE + _KEY_A_WARP + _MERGE
+_SOURCE_LANES = _PROLOGUE + _KEYS_A_WARP + _MERGE
 
 
-def _kernel(masked: bool) -> Any:
-    """The compiled-on-first-use kernel object, with or without a mask input."""
-    kernel = _kernels.get(masked)
+_kernels: dict[tuple[bool, bool], Any] = {}
+
+
+def _kernel(masked: bool, lanes: bool) -> Any:
+    """The compiled-on-first-use kernel object, with or without a mask input, with a key
+    a warp (the first loop) or a key a lane (LANE_KEYS)."""
+    kernel = _kernels.get((masked, lanes))
     if kernel is None:
-        source = _SOURCE.replace("MASK_LOOKUP", _MASK_LOOKUP if masked else "")
+        source = (_SOURCE_LANES if lanes else _SOURCE).replace(
+            "MASK_LOOKUP", _MASK_LOOKUP if masked else ""
+        )
         names = ["queries", "keys", "values"] + (["mask"] if masked else [])
         kernel = mx.fast.cuda_kernel(
-            name="omlx_attention_masked" if masked else "omlx_attention",
+            name="omlx_attention" + ("_lanes" if lanes else "") + ("_masked" if masked else ""),
             input_names=names,
             output_names=["out"],
             source=source,
             header=_HEADER,
             ensure_row_contiguous=False,  # strides are read; no copy of the cache views
         )
-        _kernels[masked] = kernel
+        _kernels[masked, lanes] = kernel
     return kernel
 
 
@@ -350,7 +477,7 @@ def _variant(dtype: Any, heads: int, kv: int, n: int, d: int, mask: Any, scale: 
     pairs, prefetch = PAIRED_LOADS and d % 64 == 0, PREFETCH_NEXT_KEY
     key_batch = 1 if prefetch or d < KEY_BATCH_MIN_HEAD_DIM else max(1, int(KEY_BATCH))
     key = (dtype, heads, kv, qlen, d, isinstance(mask, mx.array), isinstance(mask, str), scale)
-    key += (pairs, prefetch, key_batch)
+    key += (pairs, prefetch, key_batch, LANE_KEYS)
     found = _variants.get(key)
     if found is None:
         group = heads // kv
@@ -370,7 +497,7 @@ def _variant(dtype: Any, heads: int, kv: int, n: int, d: int, mask: Any, scale: 
             ("CAUSAL", isinstance(mask, str)),
             ("SCALE_BITS", scale_bits),
         ]
-        found = _variants[key] = (template, qpb)
+        found = _variants[key] = (template, qpb, LANE_KEYS)
     return found
 
 
@@ -381,11 +508,11 @@ def kernel_attention(
     (True = attend) broadcastable to [B, H, L, S]. Returns [B, H, L, D]."""
     b, heads, n, d = queries.shape
     kv = keys.shape[1]
-    template, qpb = _variant(queries.dtype, heads, kv, n, d, mask, scale)
+    template, qpb, lanes = _variant(queries.dtype, heads, kv, n, d, mask, scale)
     chunks = -(-(heads // kv) * n // qpb)
     masked = isinstance(mask, mx.array)
     inputs = [queries, keys, values, _mask_4d(mask)] if masked else [queries, keys, values]
-    (out,) = _kernel(masked)(
+    (out,) = _kernel(masked, lanes)(
         inputs=inputs,
         template=template,
         grid=(WARPS * 32, b * kv, chunks),

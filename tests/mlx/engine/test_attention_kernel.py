@@ -191,6 +191,16 @@ def test_the_kernel_source_computes_attention_on_host_threads(tmp_path):
         # several keys' loads together: 45 and 40 keys leave a warp a partial last batch
         Case(2, 1, 4, 1, 45, 128, "array", key_batch=4),
         Case(1, 1, 3, 16, 40, 64, "causal", pairs=True, key_batch=2),
+        # a key a lane: a decode step over two tiles of 32 keys (the second partial), 300
+        # keys (a warp takes two tiles: its output rescaled) with a row whose whole first
+        # tile is padding (row 5: 35 keys), a causal verify, keys off 16-byte boundaries
+        # (read element by element), the tail of a verify
+        Case(3, 1, 4, 1, 45, 128, "array", lanes=True),
+        Case(6, 1, 2, 1, 300, 64, "array", lanes=True),
+        Case(1, 2, 3, 16, 70, 64, "causal", lanes=True),
+        Case(1, 1, 4, 1, 45, 128, "array", lanes=True, offset=1),
+        Case(2, 1, 3, 2, 19, 64, "array", lanes=True),
+        Case(2, 1, 2, 5, 23, 96, "causal", lanes=True),
     ]
     program = build_program(
         attention_kernel._SOURCE,
@@ -200,6 +210,7 @@ def test_the_kernel_source_computes_attention_on_host_threads(tmp_path):
         queries_per_block,
         attention_kernel.template_queries,
         attention_kernel.WARPS,
+        lanes_source=attention_kernel._SOURCE_LANES,
     )
     errors = run_cases(program, tmp_path)
     assert len(errors) == len(cases)
@@ -264,7 +275,7 @@ def test_the_call_hands_the_kernel_a_consistent_layout(monkeypatch, mask_kind):
 
     calls = []
 
-    def fake_kernel(masked):
+    def fake_kernel(masked, lanes=False):
         def run(inputs, template, grid, threadgroup, output_shapes, output_dtypes):
             t = dict(template)
             q, k, v = inputs[:3]
