@@ -197,7 +197,7 @@ def test_the_kernel_source_computes_attention_on_host_threads(tmp_path):
         # (read element by element), the tail of a verify
         Case(3, 1, 4, 1, 45, 128, "array", lanes=True),
         Case(6, 1, 2, 1, 300, 64, "array", lanes=True),
-        Case(1, 2, 3, 16, 70, 64, "causal", lanes=True),
+        Case(1, 1, 3, 16, 40, 64, "causal", lanes=True),
         Case(1, 1, 4, 1, 45, 128, "array", lanes=True, offset=1),
         Case(2, 1, 3, 2, 19, 64, "array", lanes=True),
         Case(2, 1, 2, 5, 23, 96, "causal", lanes=True),
