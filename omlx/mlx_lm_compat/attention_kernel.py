@@ -34,6 +34,7 @@ from typing import Any
 import mlx.core as mx
 
 from omlx.mlx_lm_compat.attention_patch import patch_attention, restore_attention
+from omlx.mlx_lm_compat.cuda_header import CONVERSIONS
 
 _PATCHED = "_omlx_kernel_attention"
 MAX_QUERIES = 16  # a DFlash block; a longer pass is a prefill, where MLX's own is fused
@@ -64,21 +65,7 @@ _MASK_LOOKUP = """
       }
 """
 
-# Conversions by name: a bare cast to __nv_bfloat16 needs CUDA's implicit conversions on.
-_HEADER = """
-namespace omlx_attention {
-__device__ inline float neg_inf() { return __int_as_float(int(0xff800000u)); }
-__device__ inline float to_float(float x) { return x; }
-__device__ inline float to_float(__half x) { return __half2float(x); }
-__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ inline T from_float(float x);
-template <> __device__ inline float from_float<float>(float x) { return x; }
-template <> __device__ inline __half from_float<__half>(float x) { return __float2half(x); }
-template <> __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16(x);
-}
-}  // namespace omlx_attention
-"""
+_HEADER = CONVERSIONS
 
 _PROLOGUE = """
   constexpr int E = HEAD_DIM / 32;  // elements a lane holds: DIM(e), e < E
@@ -119,11 +106,11 @@ _PROLOGUE = """
 #pragma unroll
     for (int e = 0; e < E; ++e) {
       q[i][e] = live[i]
-          ? omlx_attention::to_float(qp[DIM(e) * queries_strides[3]]) * scale_log2
+          ? omlx_cuda::to_float(qp[DIM(e) * queries_strides[3]]) * scale_log2
           : 0.f;
       o[i][e] = 0.f;
     }
-    m[i] = omlx_attention::neg_inf();
+    m[i] = omlx_cuda::neg_inf();
     lsum[i] = 0.f;
   }
 
@@ -189,8 +176,8 @@ _KEY_A_WARP = """
       float val[E];
 #pragma unroll
       for (int e = 0; e < E; ++e) {
-        k[e] = omlx_attention::to_float(kraw[j][e]);
-        val[e] = omlx_attention::to_float(vraw[j][e]);
+        k[e] = omlx_cuda::to_float(kraw[j][e]);
+        val[e] = omlx_cuda::to_float(vraw[j][e]);
       }
       if (PREFETCH && s + WARPS < S) {
         fetch(s + WARPS, kraw[0], vraw[0]);
@@ -243,7 +230,7 @@ _KEYS_A_WARP = """
     const int g = ok ? v / qlen : 0;
     const T* qp = queries + b * queries_strides[0] + (kvh * GQA + g) * queries_strides[1]
         + (ok ? v - g * qlen : 0) * queries_strides[2];
-    sq[i][d] = ok ? omlx_attention::to_float(qp[d * queries_strides[3]]) * scale_log2 : 0.f;
+    sq[i][d] = ok ? omlx_cuda::to_float(qp[d * queries_strides[3]]) * scale_log2 : 0.f;
   }
   __syncthreads();
   constexpr int VEC = 16 / sizeof(T);
@@ -267,7 +254,7 @@ _KEYS_A_WARP = """
           const Chunk piece = reinterpret_cast<const Chunk*>(ks)[c];
 #pragma unroll
           for (int j = 0; j < VEC; ++j) {
-            const float kf = omlx_attention::to_float(piece.x[j]);
+            const float kf = omlx_cuda::to_float(piece.x[j]);
 #pragma unroll
             for (int i = 0; i < QPB; ++i) {
               sc[i] += sq[i][c * VEC + j] * kf;
@@ -276,7 +263,7 @@ _KEYS_A_WARP = """
         }
       } else {
         for (int d = 0; d < HEAD_DIM; ++d) {
-          const float kf = omlx_attention::to_float(ks[d * keys_strides[3]]);
+          const float kf = omlx_cuda::to_float(ks[d * keys_strides[3]]);
 #pragma unroll
           for (int i = 0; i < QPB; ++i) {
             sc[i] += sq[i][d] * kf;
@@ -289,14 +276,14 @@ _KEYS_A_WARP = """
     for (int i = 0; i < QPB; ++i) {
       bool allowed = s < S && live[i] && (!CAUSAL || s <= qoff + ql[i]);
       MASK_LOOKUP
-      float score = allowed ? sc[i] : omlx_attention::neg_inf();
+      float score = allowed ? sc[i] : omlx_cuda::neg_inf();
       float top = score;
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) {
         top = fmaxf(top, __shfl_xor_sync(0xffffffff, top, off));
       }
       const float mn = fmaxf(m[i], top);
-      if (mn == omlx_attention::neg_inf()) {
+      if (mn == omlx_cuda::neg_inf()) {
         p[i] = 0.f;  // nothing of this query in the tile or before: the same in every lane
         continue;
       }
@@ -321,7 +308,7 @@ _KEYS_A_WARP = """
       float val[E];
 #pragma unroll
       for (int e = 0; e < E; ++e) {
-        val[e] = omlx_attention::to_float(vs[DIM(e) * values_strides[3]]);
+        val[e] = omlx_cuda::to_float(vs[DIM(e) * values_strides[3]]);
       }
 #pragma unroll
       for (int i = 0; i < QPB; ++i) {
@@ -356,21 +343,21 @@ _MERGE = """
     }
     __syncthreads();
     if (live[i]) {
-      float M = omlx_attention::neg_inf();
+      float M = omlx_cuda::neg_inf();
       for (int w = 0; w < WARPS; ++w) {
         M = fmaxf(M, sm_m[i][w]);
       }
       float total = 0.f;
       for (int w = 0; w < WARPS; ++w) {
-        total += sm_m[i][w] == omlx_attention::neg_inf() ? 0.f : sm_l[i][w] * exp2f(sm_m[i][w] - M);
+        total += sm_m[i][w] == omlx_cuda::neg_inf() ? 0.f : sm_l[i][w] * exp2f(sm_m[i][w] - M);
       }
       T* op = out + ((int64_t(b) * qlen + ql[i]) * H + head[i]) * HEAD_DIM;
       for (int d = threadIdx.x; d < HEAD_DIM; d += WARPS * 32) {
         float acc = 0.f;
         for (int w = 0; w < WARPS; ++w) {
-          acc += sm_m[i][w] == omlx_attention::neg_inf() ? 0.f : sm_o[w][d] * exp2f(sm_m[i][w] - M);
+          acc += sm_m[i][w] == omlx_cuda::neg_inf() ? 0.f : sm_o[w][d] * exp2f(sm_m[i][w] - M);
         }
-        op[d] = omlx_attention::from_float<T>(total > 0.f ? acc / total : 0.f);
+        op[d] = omlx_cuda::from_float<T>(total > 0.f ? acc / total : 0.f);
       }
     }
     __syncthreads();

@@ -30,23 +30,13 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
+from omlx.mlx_lm_compat.cuda_header import CONVERSIONS
+
 HEAD_DIMS = (64, 128, 256)  # pairs (d, d + D/2) in one lane: D/2 a multiple of 32
 _DTYPES = (mx.bfloat16, mx.float16, mx.float32)
 WARPS = 4  # head vectors a block
 
-_HEADER = """
-namespace omlx_norm_rope {
-__device__ inline float to_float(float x) { return x; }
-__device__ inline float to_float(__half x) { return __half2float(x); }
-__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ inline T from_float(float x);
-template <> __device__ inline float from_float<float>(float x) { return x; }
-template <> __device__ inline __half from_float<__half>(float x) { return __float2half(x); }
-template <> __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16(x);
-}
-}  // namespace omlx_norm_rope
-"""
+_HEADER = CONVERSIONS
 
 _SOURCE = """
   constexpr int E = HEAD_DIM / 32;  // elements a lane holds: lane + 32 e
@@ -75,7 +65,7 @@ _SOURCE = """
   float ss = 0.f;
 #pragma unroll
   for (int e = 0; e < E; ++e) {
-    x[e] = omlx_norm_rope::to_float(src[(lane + 32 * e) * step]);
+    x[e] = omlx_cuda::to_float(src[(lane + 32 * e) * step]);
     ss += x[e] * x[e];
   }
 #pragma unroll
@@ -85,10 +75,10 @@ _SOURCE = """
   const float r = rsqrtf(ss / HEAD_DIM + __int_as_float(EPS_BITS));
 #pragma unroll
   for (int e = 0; e < E; ++e) {  // the norm's output as the dtype holds it
-    const float normed = omlx_norm_rope::to_float(
-        omlx_norm_rope::from_float<T>(x[e] * r));
-    x[e] = omlx_norm_rope::to_float(
-        omlx_norm_rope::from_float<T>(normed * omlx_norm_rope::to_float(w[lane + 32 * e])));
+    const float normed = omlx_cuda::to_float(
+        omlx_cuda::from_float<T>(x[e] * r));
+    x[e] = omlx_cuda::to_float(
+        omlx_cuda::from_float<T>(normed * omlx_cuda::to_float(w[lane + 32 * e])));
   }
 
   const int pos = offset[offset_shape[0] == 1 ? 0 : b] + l;
@@ -105,8 +95,8 @@ _SOURCE = """
     sincosf(theta, &s, &c);
     const float x1 = x[e];
     const float x2 = x[e + E / 2];
-    dst[d] = omlx_norm_rope::from_float<T>(x1 * c - x2 * s);
-    dst[d + HEAD_DIM / 2] = omlx_norm_rope::from_float<T>(x1 * s + x2 * c);
+    dst[d] = omlx_cuda::from_float<T>(x1 * c - x2 * s);
+    dst[d + HEAD_DIM / 2] = omlx_cuda::from_float<T>(x1 * s + x2 * c);
   }
 """
 
@@ -151,11 +141,11 @@ def norm_rope(
     `offset`: the position of the first of the L tokens, an int or one per row."""
     b, n, width = queries.shape
     d = width // heads
-    if isinstance(offset, mx.array):
-        offsets = offset.reshape(-1).astype(mx.int32) if offset.dtype != mx.int32 else offset
-        offsets = offsets.reshape(-1) if offsets.ndim != 1 else offsets
-    else:
+    if not isinstance(offset, mx.array):
         offsets = mx.array([int(offset)], dtype=mx.int32)
+    else:  # a batch cache's, one a row: int32 and 1-d already (no graph node then)
+        offsets = offset if offset.ndim == 1 else offset.reshape(-1)
+        offsets = offsets if offsets.dtype == mx.int32 else offsets.astype(mx.int32)
     template = [
         ("T", queries.dtype),
         ("HEAD_DIM", d),
@@ -197,8 +187,8 @@ def fits(attention: Any) -> bool:
 
 class _NormRopeAttention:
     """Mixin in front of mlx_lm.models.qwen3.Attention: the same computation, the
-    norms and rotations of queries and keys by `norm_rope`. Half-precision projections
-    only; other dtypes or a quantized cache take the model's own code."""
+    norms and rotations of queries and keys by `norm_rope`. Activations of another dtype
+    or a quantized cache take the model's own code."""
 
     def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
         if x.dtype not in _DTYPES or hasattr(cache, "bits"):
