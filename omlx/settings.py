@@ -157,7 +157,8 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
         _doc(
             "NVIDIA GPUs, Qwen3-style attention: each layer's query and key norms and "
             "rotations as one custom CUDA kernel instead of eight graph nodes, for decode "
-            "steps bound by the host's work per node; experimental until measured, see "
+            "steps bound by the host's work per node; experimental: on an H100 it saved "
+            "~0.2 ms of host time a step and no HTTP throughput, see "
             "omlx/mlx_lm_compat/norm_rope_kernel.py"
         ),
     ] = "off"
