@@ -3,12 +3,13 @@
     python benchmarks/attention_variant_apply.py CHECK.jsonl [--case 8b-decode-64]
         [--margin 0.05] [--apply]
 
-Reads `attention_kernel_check.py --variants ...` output, picks the variant with the
-lowest time on the case among those that ran without error or out-of-bounds output, and
-prints it. With --apply, and when it beats "first" (the first kernel) by more than the
-margin on that case and is no slower on any other case, it rewrites the candidate
-constants of omlx/mlx_lm_compat/attention_kernel.py in this working tree, so a serving
-run that follows in the same device call measures it. Prints the chosen name either way.
+Reads `attention_kernel_check.py --variants ...` output and picks the fastest variant
+on the case that beats the module's current defaults there (each line's kernel_ms) by
+more than the margin and is no slower than them by more than the margin on any other
+case, among those that ran without error or out-of-bounds output. Prints its name, or
+"defaults" when none qualifies. With --apply it rewrites the candidate constants of
+omlx/mlx_lm_compat/attention_kernel.py in this working tree to the chosen variant, so
+a serving run that follows in the same device call measures it.
 """
 
 from __future__ import annotations
@@ -32,25 +33,31 @@ def flags(name: str) -> dict[str, str]:
     }
 
 
-def pick(lines: list[dict], case: str, margin: float) -> str:
-    by_case = {line["case"]: line.get("variants", {}) for line in lines}
-    timed = {n: v["ms"] for n, v in by_case.get(case, {}).items() if "ms" in v}
-    if "first" not in timed:
-        return "first"
+def pick(lines: list[dict], case: str, margin: float) -> str | None:
+    """The fastest variant on `case` that beats the module's defaults there (the line's
+    kernel_ms) by more than `margin` and is not slower than them by more than `margin`
+    on any other case, without errors or out-of-bounds outputs; None: keep the defaults."""
+    by_case = {line["case"]: line for line in lines}
+    if case not in by_case or "kernel_ms" not in by_case[case]:
+        return None
     bad = {
         n
         for line in lines
         for n, v in line.get("variants", {}).items()
         if "ms" not in v or not v.get("ok", True)
     }
-    best = min((n for n in timed if n not in bad), key=timed.get, default="first")
-    if timed[best] > (1 - margin) * timed["first"]:
-        return "first"
-    for variants in by_case.values():  # no case of the run may get slower
-        ours, first = variants.get(best, {}), variants.get("first", {})
-        if "ms" in ours and "ms" in first and ours["ms"] > first["ms"] * (1 + margin):
-            return "first"
-    return best
+    timed = {n: v["ms"] for n, v in by_case[case].get("variants", {}).items() if n not in bad}
+    for name in sorted(timed, key=timed.get):
+        if timed[name] > (1 - margin) * by_case[case]["kernel_ms"]:
+            return None  # the rest are slower still
+        others = [
+            (line["variants"][name]["ms"], line["kernel_ms"])
+            for line in lines
+            if "kernel_ms" in line and "ms" in line.get("variants", {}).get(name, {})
+        ]
+        if all(ms <= (1 + margin) * default for ms, default in others):
+            return name
+    return None
 
 
 def main() -> int:
@@ -62,6 +69,9 @@ def main() -> int:
     args = ap.parse_args()
     lines = [json.loads(x) for x in Path(args.check).read_text().splitlines() if x.strip()]
     best = pick(lines, args.case, args.margin)
+    if best is None:
+        print("defaults")
+        return 0
     if args.apply:
         text = KERNEL.read_text()
         for name, value in flags(best).items():

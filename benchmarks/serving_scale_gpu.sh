@@ -21,7 +21,9 @@
 # defaults over HTTP, `engine.freeze_gc = false` (label "gc-unfrozen"), the defaults
 # again (label "auto-2"): the step traces' gc_s say what the collector took in each.
 # ORDER=lean-nr: ORDER=lean, then a pass of `engine.fused_norm_rope = "on"` (label
-# "norm-rope").
+# "norm-rope"). ORDER=pick: the attention kernel's candidates
+# (VARIANTS, default first,keys4,lanes) timed, the fastest applied to this copy, then
+# ORDER=lean.
 # Where nvidia-smi exists, its plain report (the card, clocks,
 # power, other processes) goes into the log at the start and again at the end.
 #   benchmarks/serving_scale_gpu.sh TOKENIZER_DIR WORKDIR [BUDGET_S] [LEVELS]
@@ -110,6 +112,18 @@ elif [ "${ORDER:-}" = check ] || [ "${ORDER:-}" = kernel ]; then
 elif [ "${ORDER:-}" = lean ]; then
     # Three passes where device time is short: the untimed warm-up, the defaults over
     # HTTP, then the bare generator (label "bare-after").
+    run_pass omlx_http warm-up
+    auto omlx_http
+    run_pass bare bare-after
+elif [ "${ORDER:-}" = pick ]; then
+    # The attention kernel's candidates ($VARIANTS) timed on the 8B shape's decode, the
+    # fastest made this working copy's default (attention_variant_apply.py: only past a
+    # 5% gain and no case slower), then ORDER=lean with it.
+    python3 benchmarks/attention_kernel_check.py --repeats 5 \
+        --variants "${VARIANTS:-first,keys4,lanes}" --out "$out/attention_check.jsonl" \
+        --cases 8b-decode-1,8b-decode-64,8b-decode-128,8b-decode-256,8b-decode-64-long || true
+    echo "attention variant: $(python3 benchmarks/attention_variant_apply.py \
+        "$out/attention_check.jsonl" --apply)"
     run_pass omlx_http warm-up
     auto omlx_http
     run_pass bare bare-after
