@@ -221,7 +221,7 @@ _KEYS_A_WARP = """
   // elements of the output with that key's weight from the key's lane. Against the loop
   // above (a key a warp: five dependent shuffles a query and key), far fewer shuffles
   // and many more loads in flight.
-  __shared__ float sq[QPB][HEAD_DIM];
+  __shared__ __align__(16) float sq[QPB][HEAD_DIM];  // aligned: four elements a read
   for (int idx = threadIdx.x; idx < QPB * HEAD_DIM; idx += WARPS * 32) {
     const int i = idx / HEAD_DIM;
     const int d = idx - i * HEAD_DIM;
