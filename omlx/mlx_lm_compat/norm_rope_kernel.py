@@ -24,6 +24,7 @@ host time, and over HTTP gained nothing measurable, so it stays off.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 import sys
@@ -125,6 +126,24 @@ def _bits(x: float) -> int:
     return bits
 
 
+@functools.cache
+def _template(
+    dtype: Any, d: int, heads: int, kv_heads: int, eps: float, base: float, scale: float
+) -> list[tuple[str, Any]]:
+    """The kernel's template for a layer's shape: built once, since every layer of
+    every step calls with the same one (this kernel is there to cut host work)."""
+    return [
+        ("T", dtype),
+        ("HEAD_DIM", d),
+        ("HEADS", heads),
+        ("KV_HEADS", kv_heads),
+        ("WARPS", WARPS),
+        ("EPS_BITS", _bits(eps)),
+        ("SCALE_BITS", _bits(scale)),
+        ("LOG2_STEP_BITS", _bits(math.log2(base) * 2 / d)),
+    ]
+
+
 def norm_rope(
     queries: mx.array,
     keys: mx.array,
@@ -148,16 +167,7 @@ def norm_rope(
     else:  # a batch cache's, one a row: int32 and 1-d already (no graph node then)
         offsets = offset if offset.ndim == 1 else offset.reshape(-1)
         offsets = offsets if offsets.dtype == mx.int32 else offsets.astype(mx.int32)
-    template = [
-        ("T", queries.dtype),
-        ("HEAD_DIM", d),
-        ("HEADS", heads),
-        ("KV_HEADS", kv_heads),
-        ("WARPS", WARPS),
-        ("EPS_BITS", _bits(eps)),
-        ("SCALE_BITS", _bits(scale)),
-        ("LOG2_STEP_BITS", _bits(math.log2(base) * 2 / d)),
-    ]
+    template = _template(queries.dtype, d, heads, kv_heads, eps, base, scale)
     vectors = b * n * (heads + kv_heads)
     q_out, k_out = _kernel()(
         inputs=[queries, keys, q_weight, k_weight, offsets],
