@@ -3,7 +3,7 @@
 
     python -m benchmarks.row_gemv_probe [--model DIR] [--rows 1,2,4,8,16,32]
         [--context 300] [--reps 30] [--dtypes float32,bfloat16,q4] [--out FILE]
-        [--layouts as_loaded,linears,row_gemv] [--kernels]
+        [--layouts as_loaded,linears,row_gemv,kernel] [--kernels]
 
 The default model's shape (or a model folder's, with --model) with random weights, a KV
 cache of --context tokens, then forward passes of R new tokens (a DFlash verify is 16):
@@ -15,7 +15,9 @@ Layouts: `as_loaded`; `linears`, the linears swapped; `row_gemv`, the linears an
 few-query attention (what engine.row_gemv does). dtype `q4`: the linears and embedding
 quantized to 4 bits in groups of 32 with float16 activations, as `omlx serve` keeps the
 default model's Q4_1 blocks on a GPU (no float linear to swap; `row_gemv` is then the
-attention alone). `--kernels`: the device's kernel time and the CUDA API calls per pass
+attention alone); `kernel` (CUDA only), the linears swapped and the attention of 1-16
+queries as omlx's own CUDA kernel (attention_kernel.py: one launch a layer, where row
+attention is several). `--kernels`: the device's kernel time and the CUDA API calls per pass
 (PyTorch's profiler, as decode_step_anatomy.py) beside the wall time: captures
 (cudaStreamBeginCapture) are the cuBLASLt / cuDNN calls the layouts remove. One JSON
 line per dtype, rows and layout.
@@ -94,6 +96,15 @@ def main() -> None:
                 use_row_gemv(model, attention=False)
             elif layout == "row_gemv":
                 use_row_gemv(model)
+            elif layout == "kernel":
+                if not mx.cuda.is_available():
+                    print(f"layout {layout}: CUDA only, skipped", file=sys.stderr)
+                    continue
+                from omlx.mlx_lm_compat.attention_kernel import use_kernel_attention
+
+                restore_all_row_attention()
+                use_row_gemv(model, attention=False)
+                use_kernel_attention(model)
             swapped = sum(isinstance(m, RowGemvLinear) for _, m in model.named_modules())
             for rows in rows_list:
                 cache = make_prompt_cache(model)
