@@ -57,6 +57,14 @@ def _causal_keep(rows: int, length: int) -> mx.array:
     return _recent.keep
 
 
+def _lowest(dtype: mx.Dtype) -> mx.array:
+    """What a masked score becomes: the dtype's lowest finite value, as MLX's own
+    attention uses. A query that sees no key (a left-padded row's padding) then averages
+    the values instead of giving NaN, which the next layer's keys and values would carry
+    into the row's real tokens (0 x NaN in the values product)."""
+    return mx.array(mx.finfo(dtype).min, dtype)
+
+
 def _mask_rows(mask: Any, scores: mx.array, heads: int, group: int) -> mx.array:
     """`scores` (B, kv, g, R, 1, S) masked: "causal" (aligned to the keys' end, as MLX's
     fast attention aligns it) or an array broadcastable to (B, H, R, S), boolean (True =
@@ -65,7 +73,7 @@ def _mask_rows(mask: Any, scores: mx.array, heads: int, group: int) -> mx.array:
     if isinstance(mask, str):
         if mask != "causal":
             raise ValueError(f"unsupported attention mask {mask!r}")
-        return mx.where(_causal_keep(rows, length), scores, mx.array(-mx.inf, scores.dtype))
+        return mx.where(_causal_keep(rows, length), scores, _lowest(scores.dtype))
     m = mask
     while m.ndim < 4:
         m = m[None]
@@ -75,7 +83,7 @@ def _mask_rows(mask: Any, scores: mx.array, heads: int, group: int) -> mx.array:
     else:
         m = m.reshape(mb, 1, 1, mr, 1, ms)
     if m.dtype == mx.bool_:
-        return mx.where(m, scores, mx.array(-mx.inf, scores.dtype))
+        return mx.where(m, scores, _lowest(scores.dtype))
     return scores + m.astype(scores.dtype)
 
 

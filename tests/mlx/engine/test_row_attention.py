@@ -9,7 +9,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 import pytest
-from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.models.cache import BatchKVCache, make_prompt_cache
 
 import omlx.draft.model as draft_model
 import omlx.mlx_lm_compat.row_attention as ra
@@ -145,6 +145,28 @@ def test_a_patched_model_computes_what_the_stock_one_does(arch: str, monkeypatch
     restore_row_attention(model)
     model(prompt[:, :4])
     assert len(calls) == 2 * layers
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_a_left_padded_batch_row_computes_what_the_stock_model_does(arch: str) -> None:
+    """A batch prefill whose second row is left-padded: the padding's queries see no key
+    at all. MLX fills such a row with its dtype's lowest value, not -inf, so it stays
+    finite; with -inf it is NaN, the next layer's keys and values at the padding are NaN,
+    and 0 x NaN in the values product spoils the row's real tokens too."""
+    model = build_tiny_in_memory(arch, seed=4)
+    rows = mx.array([[3, 17, 42, 99, 5, 8], [0, 0, 250, 4, 9, 33]])
+
+    def run():
+        cache = [BatchKVCache(left_padding=[0, 2]) for _ in model.layers]
+        first = model(rows[:, :-1], cache=cache)  # 5 rows under a padding mask
+        return mx.concatenate([first, model(rows[:, -1:], cache=cache)], axis=1)
+
+    want = run()
+    assert use_row_attention(model) > 0
+    got = run()
+    assert not mx.isnan(got).any().item()
+    assert mx.allclose(got[0], want[0], rtol=1e-4, atol=1e-4).item()
+    assert mx.allclose(got[1, 2:], want[1, 2:], rtol=1e-4, atol=1e-4).item()
 
 
 def test_the_draft_attends_by_rows_when_chosen_and_computes_the_same(monkeypatch) -> None:
