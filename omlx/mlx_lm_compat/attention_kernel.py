@@ -51,9 +51,13 @@ PAIRED_LOADS = False
 PREFETCH_NEXT_KEY = False
 KEY_BATCH = 4
 KEY_BATCH_MIN_HEAD_DIM = 128
-# A key a lane instead of a key a warp (_KEYS_A_WARP below): a candidate, off until
-# measured against the loop above.
-LANE_KEYS = False
+# A key a lane instead of a key a warp (_KEYS_A_WARP below; KEY_BATCH then plays no
+# part). On an H100 (attention_check_h100_s18.jsonl, attention_kernel_lanes_h100.jsonl)
+# it beat the loop above in every case timed: the 8B shape's decode at 64 / 128 / 256
+# rows 2.78-2.85 / 5.21-5.36 / 9.80-9.90 ms against 3.50-3.56 / 6.44-6.78 / 12.49-12.75
+# (36 layers), 64 rows over 2,100 keys 11.2-11.5 against 19.1-19.2, SmolLM2's 16-query
+# DFlash verify 0.60-0.61 against 0.84-0.95, its 64-row decode 0.87 against 0.93.
+LANE_KEYS = True
 
 _MASK_LOOKUP = """
       if (allowed) {
