@@ -10,7 +10,11 @@ are slices of larger buffers (as a KV cache hands them over) and the queries a t
 view (as the model's attention makes them). It checks `kernel_attention` against
 `mx.fast.scaled_dot_product_attention` (MLX's fused kernel or its composed fallback) and
 a float32 reference, then times a model's worth of layers (one call a layer, each on its
-own keys, all in one graph) both ways: medians of --repeats, after a warm-up. --variants
+own keys, each layer's output the next one's queries, all in one graph) both ways:
+medians of --repeats, after a warm-up. Chained, as a model's layers are: independent
+calls run side by side in MLX's CUDA graph, which hid the latency of a small grid (a
+lone 16-query verify: 0.82 ms for 30 layers that way, 3.5 ms inside the model on the
+same H100; the eighteenth session's notes). Lines carry "timing": "chained". --variants
 also checks and times the kernel's candidate loads in the same process (`pairs`: two
 neighbouring elements a load; `prefetch`: the next key's loads before this key's
 arithmetic; `keysN`: N keys' loads issued together; `lanes`: a key a lane instead of a
@@ -102,23 +106,24 @@ def timed(fn, repeats):
 
 
 def time_kernel(q, layers, scale, mask, repeats, mx) -> float:
-    """Milliseconds for a model's worth of layers in one graph, through the kernel."""
+    """Milliseconds for a model's worth of chained layers in one graph, through the kernel."""
     from omlx.mlx_lm_compat.attention_kernel import kernel_attention
 
     def ours():
-        mx.eval([kernel_attention(q, k, v, scale, mask) for k, v in layers])
+        x = q
+        for k, v in layers:
+            x = kernel_attention(x, k, v, scale, mask)
+        mx.eval(x)
 
     return round(1e3 * timed(ours, repeats), 3)
 
 
 def time_mlx(q, layers, scale, mask, repeats, mx) -> float:
     def theirs():
-        mx.eval(
-            [
-                mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
-                for k, v in layers
-            ]
-        )
+        x = q
+        for k, v in layers:
+            x = mx.fast.scaled_dot_product_attention(x, k, v, scale=scale, mask=mask)
+        mx.eval(x)
 
     return round(1e3 * timed(theirs, repeats), 3)
 
@@ -167,6 +172,7 @@ def main() -> int:
             continue
         q, k, v, mask, scale, layers = build(case, mx)
         line = {"case": case[0], "shape": case[1:8], "mask": case[8], "layers": layers}
+        line["timing"] = "chained"
         line["takes"] = takes_kernel(q, k, v, mask)
         try:
             ours = kernel_attention(q, k, v, scale, mask)
