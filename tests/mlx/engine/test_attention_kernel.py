@@ -201,6 +201,8 @@ def test_the_kernel_source_computes_attention_on_host_threads(tmp_path):
         Case(1, 1, 4, 1, 45, 128, "array", lanes=True, offset=1),
         Case(2, 1, 3, 2, 19, 64, "array", lanes=True),
         Case(2, 1, 2, 5, 23, 96, "causal", lanes=True),
+        # the largest head (256: eight elements a lane), now that lanes is the default
+        Case(2, 1, 2, 1, 40, 256, "array", lanes=True),
     ]
     program = build_program(
         attention_kernel._SOURCE,
