@@ -68,6 +68,7 @@ def main() -> None:
     from mlx_lm.models.cache import make_prompt_cache
 
     from benchmarks.decode_step_anatomy import KernelClock
+    from omlx.mlx_lm_compat.attention_kernel import restore_kernel_attention
     from omlx.mlx_lm_compat.row_attention import restore_all_row_attention
     from omlx.mlx_lm_compat.row_gemv import RowGemvLinear, use_row_gemv
 
@@ -88,7 +89,8 @@ def main() -> None:
 
             nn.quantize(model, group_size=32, bits=4)
         mx.eval(model.parameters())
-        restore_all_row_attention()
+        restore_all_row_attention()  # the patches are per module: the last dtype's stay
+        restore_kernel_attention(model)
         prompt = mx.random.randint(0, config["vocab_size"], (1, args.context))
         logits_by_layout: dict[tuple[str, int], mx.array] = {}
         for layout in layouts:
