@@ -11,9 +11,9 @@ host tens of microseconds to record on a host-bound step.
 
 Here one kernel does a layer's attention: a thread block per (row, KV head, chunk of
 query vectors), so each key and value is read once for the whole GQA group; each warp
-walks every WARPS-th key with an online (flash) softmax (or, LANE_KEYS, every WARPS-th
-tile of 32 keys, a key a lane), and the warps' partial results are merged through
-shared memory. The mask is read as it is (boolean, any broadcast
+walks every WARPS-th tile of 32 keys, a key a lane (LANE_KEYS, the default; off, every
+WARPS-th key a warp), with an online (flash) softmax, and the warps' partial results
+are merged through shared memory. The mask is read as it is (boolean, any broadcast
 shape over [B, H, L, S]); "causal" (L queries at the end of S keys) and None need no
 array. Queries, keys and values are read through their strides, so the cache's slice
 views and the transposed queries cost no copy, and the output is written in the
