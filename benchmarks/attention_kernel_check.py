@@ -130,7 +130,8 @@ def time_mlx(q, layers, scale, mask, repeats, mx) -> float:
 
 def set_variant(name: str) -> None:
     """Set the kernel module's candidate flags from "+"-joined parts: "first" (none),
-    "pairs", "prefetch", "keysN" (N keys' loads together), e.g. "pairs+keys4"."""
+    "pairs", "prefetch", "keysN" (N keys' loads together), "lanes" (a key a lane), e.g.
+    "pairs+keys4". A flag a name leaves out is off, whatever the module's default."""
     from omlx.mlx_lm_compat import attention_kernel
 
     parts = set(name.split("+")) - {"first"}
