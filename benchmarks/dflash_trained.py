@@ -106,9 +106,10 @@ def main() -> None:
     ap.add_argument(
         "--attention-kernel",
         action="store_true",
-        help="the target's attention of 1-16 queries as omlx's custom CUDA kernel "
-        "(engine.decode_attention = kernel, omlx/mlx_lm_compat/attention_kernel.py); "
-        "after --row-gemv's, so it takes the verify's attention first",
+        help="the target's attention of 1-16 queries and the draft's block attention as "
+        "omlx's custom CUDA kernel (engine.decode_attention = kernel, "
+        "omlx/mlx_lm_compat/attention_kernel.py); after --row-gemv's, so it takes the "
+        "verify's attention first",
     )
     ap.add_argument("--out", default=None, help="append JSON lines here")
     args = ap.parse_args()
@@ -139,6 +140,7 @@ def main() -> None:
         from omlx.mlx_lm_compat.attention_kernel import use_kernel_attention
 
         use_kernel_attention(model)
+        use_kernel_attention(draft)  # its block attention too
     records = select(read_prompt_file(), split="heldout")
     categories = args.categories.split(",")
     prompts = {

@@ -21,6 +21,7 @@ from omlx.draft.config import DFlashConfig
 from omlx.draft.vocab import DraftVocab, read_vocab
 from omlx.errors import InvalidRequest
 from omlx.mlx_lm_compat import KVCache, initialize_rope, swiglu
+from omlx.mlx_lm_compat.attention_kernel import kernel_attention, takes_kernel
 from omlx.mlx_lm_compat.row_attention import row_attention, takes_rows
 
 
@@ -46,6 +47,9 @@ def _block_attention(
 class DraftAttention(nn.Module):
     # Set by use_row_gemv (engine.row_gemv): the block's queries as batched gemvs.
     attends_by_rows = False
+    # Set by use_kernel_attention (CUDA only): the block's attention as omlx's kernel,
+    # one launch a layer; it goes before the rows when both are set.
+    attends_by_kernel = False
 
     def __init__(self, cfg: DFlashConfig) -> None:
         super().__init__()
@@ -98,7 +102,9 @@ class DraftAttention(nn.Module):
         block_keys, block_values = self._keys_values(x, position)
         keys = mx.concatenate([ctx_keys, block_keys], axis=2)
         values = mx.concatenate([ctx_values, block_values], axis=2)
-        if self.attends_by_rows and takes_rows(queries, keys, values, keep):
+        if self.attends_by_kernel and takes_kernel(queries, keys, values, keep):
+            out = kernel_attention(queries, keys, values, self.scale, keep)
+        elif self.attends_by_rows and takes_rows(queries, keys, values, keep):
             out = row_attention(queries, keys, values, self.scale, keep)
         else:
             out = _block_attention(queries, keys, values, self.scale, keep)

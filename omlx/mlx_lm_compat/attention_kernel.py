@@ -37,6 +37,9 @@ from omlx.mlx_lm_compat.attention_patch import patch_attention, restore_attentio
 from omlx.mlx_lm_compat.cuda_header import CONVERSIONS
 
 _PATCHED = "_omlx_kernel_attention"
+# A module with attention of its own (the DFlash draft's) declares this attribute, False;
+# use_kernel_attention sets it True and the module then calls kernel_attention itself.
+KERNEL_ATTENTION_FLAG = "attends_by_kernel"
 MAX_QUERIES = 16  # a DFlash block; a longer pass is a prefill, where MLX's own is fused
 HEAD_DIMS = (64, 96, 128, 256)  # whole warps of elements
 _DTYPES = (mx.bfloat16, mx.float16, mx.float32)
@@ -518,9 +521,18 @@ def use_kernel_attention(model: Any, batched_decode_only: bool = False) -> int:
     """Route `model`'s attention of 1-16 queries (or, `batched_decode_only`, of one
     query a row under a padding mask) through `kernel_attention` (CUDA only: the caller
     checks). Patches the modules its layers come from; idempotent. Returns how many
-    modules were patched now."""
+    modules were patched now. Modules with attention of their own (a DFlash draft's
+    block attention) take the kernel too, unless `batched_decode_only`."""
     takes = takes_batched_decode if batched_decode_only else takes_kernel
+    if not batched_decode_only:
+        _set_own_flag(model, True)
     return patch_attention(model, takes, kernel_attention, _PATCHED)
+
+
+def _set_own_flag(model: Any, value: bool) -> None:
+    for _, module in model.named_modules():
+        if hasattr(module, KERNEL_ATTENTION_FLAG):
+            setattr(module, KERNEL_ATTENTION_FLAG, value)
 
 
 def warm_kernel_attention(model: Any) -> bool:
@@ -541,10 +553,12 @@ def warm_kernel_attention(model: Any) -> bool:
 
 
 def restore_kernel_attention(model: Any) -> None:
+    _set_own_flag(model, False)
     restore_attention(model, _PATCHED)
 
 
 __all__ = [
+    "KERNEL_ATTENTION_FLAG",
     "kernel_attention",
     "queries_per_block",
     "restore_kernel_attention",

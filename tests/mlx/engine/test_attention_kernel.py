@@ -315,3 +315,46 @@ def test_the_call_hands_the_kernel_a_consistent_layout(monkeypatch, mask_kind):
         assert got.shape == want.shape == (3, 8, n, 64)
         assert mx.allclose(got, want, atol=1e-6).item()
     assert len(calls) == 2 and calls[0] == calls[1]
+
+
+def test_a_draft_takes_the_kernel_for_its_block_attention(monkeypatch):
+    """use_kernel_attention on a DFlash draft: its block attention (no mask while it
+    drafts from committed context, a `keep` array while it drafts from a verify not yet
+    read back) goes through kernel_attention; the tokens stay plain decoding's (a
+    stand-in computes the kernel's output with MLX's attention); restoring takes it back."""
+    from omlx.draft.baseline import plain_generate
+    from omlx.draft.loop import DFlashGenerator, DFlashParams
+    from omlx.draft.random_init import draft_config_for, random_draft
+
+    masks = []
+
+    def fake_kernel(masked, lanes=False):
+        def run(inputs, template, grid, threadgroup, output_shapes, output_dtypes):
+            import struct
+
+            q, k, v = inputs[:3]
+            (scale,) = struct.unpack("<f", struct.pack("<i", dict(template)["SCALE_BITS"]))
+            mask = inputs[3] if masked else None
+            masks.append(None if mask is None else mask.shape)
+            out = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+            return [out.transpose(0, 2, 1, 3)]
+
+        return run
+
+    monkeypatch.setattr(attention_kernel, "_kernel", fake_kernel)
+    monkeypatch.setattr(attention_kernel, "_variants", {})
+    target = build_target("qwen3", head_dim=64)
+    draft = random_draft(draft_config_for(target), seed=1)
+    use_kernel_attention(draft)
+    assert all(layer.self_attn.attends_by_kernel for layer in draft.layers)
+    prompt, params = [3, 17, 42, 99, 5, 128, 7, 64], DFlashParams(max_tokens=40)
+    got = DFlashGenerator.from_models(target, draft).generate(prompt, params).run()
+    assert got == plain_generate(target, prompt, params).tokens
+    keys = {shape[-1] for shape in masks if shape is not None}
+    assert None in masks and keys  # the first draft, then drafts from unread verifies
+    assert all(shape[:3] == (1, 1, 1) for shape in masks if shape is not None)
+    restore_kernel_attention(draft)
+    assert not any(layer.self_attn.attends_by_kernel for layer in draft.layers)
+    masks.clear()
+    DFlashGenerator.from_models(target, draft).generate(prompt, params).run()
+    assert not masks
