@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Where a DFlash cycle's time goes on the lent GPU, in one call: the attention kernel
+# against MLX's on SmolLM2's verify and draft shapes (layers chained, as in a model), one
+# forward pass of 1 and 16 rows in each layout (row_gemv_probe.py), then greedy DFlash
+# cycles with DRAFT in the two CUDA layouts (row-gemv linears with row attention, the
+# DFlash default on CUDA; and with omlx's attention kernel for the target's verify and the
+# draft's block). An untrained draft of the trained one's shape times the cycle as well
+# as the trained one: what it costs does not depend on what it drafts.
+#   benchmarks/dflash_verify_gpu.sh MODEL_DIR DRAFT_DIR OUT_DIR
+set -euo pipefail
+model=$1 draft=$2 out=$3
+mkdir -p "$out"
+python3 benchmarks/attention_kernel_check.py --variants keys4 \
+    --cases smollm2-verify-causal,smollm2-verify-array,smollm2-draft-block,smollm2-decode-64 \
+    --out "$out/attention_chained.jsonl" > "$out/attention_chained.log" 2>&1 || true
+python3 -m benchmarks.row_gemv_probe --rows 1,16 --dtypes float32 --kernels --reps 20 \
+    --layouts as_loaded,row_gemv,kernel --out "$out/probe.jsonl" > "$out/probe.log" 2>&1 || true
+for arm in row_gemv kernel; do
+    flags=(--row-gemv)
+    [[ $arm == kernel ]] && flags+=(--attention-kernel)
+    python3 -m benchmarks.dflash_trained --model "$model" --draft "$draft" --per-category 3 \
+        --max-tokens 96 --temperatures 0 --block-sizes 16 --profile-prompts 1 "${flags[@]}" \
+        --out "$out/cycles.jsonl" > "$out/cycles-$arm.log" 2>&1 || true
+done
+python3 - "$out" <<'PY'
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+for name in ("attention_chained", "probe", "cycles"):
+    path = out / f"{name}.jsonl"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        d = json.loads(line)
+        if name == "cycles" and d.get("category") != "all":
+            continue
+        keep = {k: v for k, v in d.items() if not isinstance(v, (list, dict)) and k not in
+                ("command", "device", "machine", "git", "date", "draft", "model")}
+        keep.update({k: v for k, v in d.items() if k in ("profile_ms_per_cycle",)})
+        print(name, json.dumps(keep))
+PY
