@@ -130,18 +130,22 @@ def time_mlx(q, layers, scale, mask, repeats, mx) -> float:
 
 def set_variant(name: str) -> None:
     """Set the kernel module's candidate flags from "+"-joined parts: "first" (none),
-    "pairs", "prefetch", "keysN" (N keys' loads together), "lanes" (a key a lane), e.g.
-    "pairs+keys4". A flag a name leaves out is off, whatever the module's default."""
+    "pairs", "prefetch", "keysN" (N keys' loads together), "lanes" (a key a lane),
+    "qpbN" (N query vectors a block when a call has several), e.g. "pairs+keys4". A flag
+    a name leaves out is off, whatever the module's default."""
     from omlx.mlx_lm_compat import attention_kernel
 
     parts = set(name.split("+")) - {"first"}
     batches = [p for p in parts if p.startswith("keys") and p[4:].isdigit()]
-    if parts - {"pairs", "prefetch", "lanes"} - set(batches) or len(batches) > 1:
+    blocks = [p for p in parts if p.startswith("qpb") and p[3:].isdigit()]
+    unknown = parts - {"pairs", "prefetch", "lanes"} - set(batches) - set(blocks)
+    if unknown or len(batches) > 1 or len(blocks) > 1:
         raise SystemExit(f"unknown variant {name!r}")
     attention_kernel.PAIRED_LOADS = "pairs" in parts
     attention_kernel.PREFETCH_NEXT_KEY = "prefetch" in parts
     attention_kernel.KEY_BATCH = int(batches[0][4:]) if batches else 1
     attention_kernel.LANE_KEYS = "lanes" in parts
+    attention_kernel.MULTI_QUERY_BLOCK = int(blocks[0][3:]) if blocks else None
 
 
 def emit(line: dict, out: str) -> None:

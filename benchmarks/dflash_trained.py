@@ -111,6 +111,13 @@ def main() -> None:
         "omlx/mlx_lm_compat/attention_kernel.py); after --row-gemv's, so it takes the "
         "verify's attention first",
     )
+    ap.add_argument(
+        "--kernel-block",
+        type=int,
+        default=0,
+        help="with --attention-kernel: query vectors a block for calls of several queries "
+        "(attention_kernel.MULTI_QUERY_BLOCK; 0: the module's default)",
+    )
     ap.add_argument("--out", default=None, help="append JSON lines here")
     args = ap.parse_args()
     from omlx.platform.blas import reexec_with_blas
@@ -137,10 +144,12 @@ def main() -> None:
         use_row_gemv(model)
         use_row_gemv(draft)
     if args.attention_kernel:
-        from omlx.mlx_lm_compat.attention_kernel import use_kernel_attention
+        from omlx.mlx_lm_compat import attention_kernel
 
-        use_kernel_attention(model)
-        use_kernel_attention(draft)  # its block attention too
+        if args.kernel_block:
+            attention_kernel.MULTI_QUERY_BLOCK = args.kernel_block
+        attention_kernel.use_kernel_attention(model)
+        attention_kernel.use_kernel_attention(draft)  # its block attention too
     records = select(read_prompt_file(), split="heldout")
     categories = args.categories.split(",")
     prompts = {
@@ -155,6 +164,7 @@ def main() -> None:
         "fused_projections": args.fused_projections,
         "row_gemv": args.row_gemv,
         "attention_kernel": args.attention_kernel,
+        "kernel_block": args.kernel_block or None,
         "draft": str(args.draft),
         "max_tokens": args.max_tokens,
         "device": str(mx.default_device()),

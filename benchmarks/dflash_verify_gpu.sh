@@ -5,19 +5,26 @@
 # cycles with DRAFT in the two CUDA layouts (row-gemv linears with row attention, the
 # DFlash default on CUDA; and with omlx's attention kernel for the target's verify and the
 # draft's block). An untrained draft of the trained one's shape times the cycle as well
-# as the trained one: what it costs does not depend on what it drafts.
+# as the trained one: what it costs does not depend on what it drafts. KERNEL_BLOCKS: the
+# kernel's query vectors a block for the kernel arms (0: the module's default), and
+# VARIANTS the kernel check's candidates; NO_PROBE=1 leaves the probe out.
 #   benchmarks/dflash_verify_gpu.sh MODEL_DIR DRAFT_DIR OUT_DIR
 set -euo pipefail
 model=$1 draft=$2 out=$3
 mkdir -p "$out"
-python3 benchmarks/attention_kernel_check.py --variants keys4 \
+python3 benchmarks/attention_kernel_check.py --variants "${VARIANTS:-keys4}" \
     --cases smollm2-verify-causal,smollm2-verify-array,smollm2-draft-block,smollm2-decode-64 \
     --out "$out/attention_chained.jsonl" > "$out/attention_chained.log" 2>&1 || true
-python3 -m benchmarks.row_gemv_probe --rows 1,16 --dtypes float32 --kernels --reps 20 \
-    --layouts as_loaded,row_gemv,kernel --out "$out/probe.jsonl" > "$out/probe.log" 2>&1 || true
-for arm in row_gemv kernel; do
+if [[ -z ${NO_PROBE:-} ]]; then
+    python3 -m benchmarks.row_gemv_probe --rows 1,16 --dtypes float32 --kernels --reps 20 \
+        --layouts as_loaded,row_gemv,kernel --out "$out/probe.jsonl" > "$out/probe.log" 2>&1 || true
+fi
+for arm in row_gemv ${KERNEL_BLOCKS:-0}; do
     flags=(--row-gemv)
-    [[ $arm == kernel ]] && flags+=(--attention-kernel)
+    if [[ $arm != row_gemv ]]; then
+        flags+=(--attention-kernel --kernel-block "$arm")
+        arm=kernel$arm
+    fi
     python3 -m benchmarks.dflash_trained --model "$model" --draft "$draft" --per-category 3 \
         --max-tokens 96 --temperatures 0 --block-sizes 16 --profile-prompts 1 "${flags[@]}" \
         --out "$out/cycles.jsonl" > "$out/cycles-$arm.log" 2>&1 || true
