@@ -87,8 +87,10 @@ def main() -> None:
     ap.add_argument("--sampled-drafts", action="store_true", help="T > 0: also sampled drafts")
     ap.add_argument(
         "--loops",
-        default="pipelined",
-        help="DFlash loops to time, one row set each: pipelined,sequential",
+        default="async",
+        help="DFlash loops to time, one row set each: async (pipelined cycles queued "
+        "before the last is read, omlx/draft/async_loop.py: the default where the target "
+        "allows), pipelined (each verify read before the next is queued), sequential",
     )
     ap.add_argument(
         "--fused-projections",
@@ -204,7 +206,8 @@ def main() -> None:
                     prompts[c],
                     params,
                     draft_block_size=block,
-                    pipelined=loop == "pipelined",
+                    pipelined=loop != "sequential",
+                    queue_ahead=loop == "async",
                 )
                 profile = None
                 if args.profile_prompts:

@@ -7,7 +7,8 @@
 # draft's block). An untrained draft of the trained one's shape times the cycle as well
 # as the trained one: what it costs does not depend on what it drafts. KERNEL_BLOCKS: the
 # kernel's query vectors a block for the kernel arms (0: the module's default), and
-# VARIANTS the kernel check's candidates; NO_PROBE=1 leaves the probe out.
+# VARIANTS the kernel check's candidates; NO_PROBE=1 leaves the probe out; LOOPS the
+# DFlash loops timed (default async,pipelined).
 #   benchmarks/dflash_verify_gpu.sh MODEL_DIR DRAFT_DIR OUT_DIR
 set -euo pipefail
 model=$1 draft=$2 out=$3
@@ -27,6 +28,7 @@ for arm in row_gemv ${KERNEL_BLOCKS:-0}; do
     fi
     python3 -m benchmarks.dflash_trained --model "$model" --draft "$draft" --per-category 3 \
         --max-tokens 96 --temperatures 0 --block-sizes 16 --profile-prompts 1 "${flags[@]}" \
+        --loops "${LOOPS:-async,pipelined}" \
         --out "$out/cycles.jsonl" > "$out/cycles-$arm.log" 2>&1 || true
 done
 python3 - "$out" <<'PY'
@@ -38,6 +40,8 @@ for name in ("attention_chained", "probe", "cycles"):
         d = json.loads(line)
         if name == "cycles" and d.get("category") != "all":
             continue
+        if name == "cycles":
+            d["cycle_per_plain"] = round(d["dflash_ms_per_cycle"] / d["plain_ms_per_token"], 3)
         keep = {k: v for k, v in d.items() if not isinstance(v, (list, dict)) and k not in
                 ("command", "device", "machine", "git", "date", "draft", "model")}
         keep.update({k: v for k, v in d.items() if k in ("profile_ms_per_cycle",)})

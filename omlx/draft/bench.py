@@ -122,18 +122,22 @@ def compare(
     seed: int = 0,
     sync_phases: bool = False,
     pipelined: bool = True,
+    queue_ahead: bool = True,
 ) -> BenchReport:
     """Generate every prompt plainly and with DFlash; a warm-up pass runs first.
 
     `sync_phases` waits for the device after each phase, for a time split that is the
     device's (slower: draft and verify no longer overlap); `pipelined=False` keeps
-    every cycle sequential (the loop before drafting from unread verifies)."""
+    every cycle sequential (the loop before drafting from unread verifies);
+    `queue_ahead=False` keeps the pipelined loop that reads each verify before it
+    queues the next (the loop before async_loop.py)."""
     generator = DFlashGenerator.from_models(
         model,
         draft,
         draft_block_size=draft_block_size,
         sync_phases=sync_phases,
         pipelined=pipelined,
+        queue_ahead=queue_ahead,
     )
     report = BenchReport(params.temperature, generator.drafter.draft_block_size)
     warm = DFlashParams(max_tokens=4, temperature=params.temperature)

@@ -17,7 +17,9 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from omlx.draft.accept import accept_length
+from omlx.draft.async_loop import async_cycles, runs_async
 from omlx.draft.capture import TargetAdapter
+from omlx.draft.device_cache import DeviceOffsetKVCache
 from omlx.draft.grammar import TokenGrammar, block_masks, suppressed
 from omlx.draft.model import DFlashDraftModel
 from omlx.draft.sampling import (
@@ -129,6 +131,22 @@ class DFlashDrafter:
             for layer_cache in self._cache:
                 layer_cache.trim(num_rows)
 
+    def start_device(self) -> None:
+        """Context caches with device-side lengths (async_loop.py): each propose then
+        commits its valid rows itself, and nothing is dropped."""
+        self._cache = [DeviceOffsetKVCache() for _ in self.model.layers]
+
+    def propose_committing(self, chunk: mx.array, num_valid: mx.array, anchor: mx.array):
+        """propose_pipelined on device-length caches, keeping `num_valid` rows of `chunk`."""
+        logits = self.propose_pipelined(0, chunk, num_valid, anchor)
+        for layer_cache in self._cache:
+            layer_cache.commit(num_valid)
+        return logits
+
+    def settle(self, bound: int) -> None:
+        for layer_cache in self._cache:
+            layer_cache.settle(bound)
+
 
 @dataclass(frozen=True, slots=True)
 class DFlashParams:
@@ -196,7 +214,7 @@ class DFlashRun:
 
 
 @dataclass(frozen=True, slots=True)
-class _QueuedVerify:
+class QueuedVerify:
     """A verify the device may still be running: its inputs and outcome, all arrays."""
 
     draft: mx.array  # [n - 1] drafted ids
@@ -217,6 +235,7 @@ class DFlashGenerator:
         *,
         sync_phases: bool = False,
         pipelined: bool = True,
+        queue_ahead: bool = True,
     ) -> None:
         self.target = target
         self.drafter = drafter
@@ -227,6 +246,9 @@ class DFlashGenerator:
         # Greedy cycles draft from a verify not yet read back where they can
         # (_pipelined_cycles); False keeps every cycle sequential (benchmarks compare).
         self.pipelined = pipelined
+        # Pipelined cycles on device-length caches, queued before the last is read
+        # (async_loop.py), where the target allows; False reads each verify first.
+        self.queue_ahead = queue_ahead
 
     @classmethod
     def from_models(
@@ -238,10 +260,18 @@ class DFlashGenerator:
         decode: Any = None,
         sync_phases: bool = False,
         pipelined: bool = True,
+        queue_ahead: bool = True,
     ) -> DFlashGenerator:
         target = TargetAdapter(target_model, draft_model.config.target_layer_ids)
         drafter = DFlashDrafter(draft_model, target, draft_block_size)
-        return cls(target, drafter, decode, sync_phases=sync_phases, pipelined=pipelined)
+        return cls(
+            target,
+            drafter,
+            decode,
+            sync_phases=sync_phases,
+            pipelined=pipelined,
+            queue_ahead=queue_ahead,
+        )
 
     def generate(self, prompt_ids: Sequence[int], params: DFlashParams) -> DFlashRun:
         if not prompt_ids:
@@ -304,7 +334,12 @@ class DFlashGenerator:
         committed = [*prompt, token]
         num_emitted = 1
         yield [token]
-        if self._pipelines(params, grammar, params.max_tokens - num_emitted):
+        if self.queue_ahead and self._pipelines(grammar) and runs_async(self, cache):
+            yield from async_cycles(
+                self, committed, context, cache, params, mask, stats, num_emitted, start
+            )
+            return
+        if self._pipelines(grammar, params.max_tokens - num_emitted):
             committed, context, num_emitted = yield from self._pipelined_cycles(
                 committed, context, cache, params, mask, stats, num_emitted, start
             )
@@ -320,15 +355,16 @@ class DFlashGenerator:
             stats.total_s = time.perf_counter() - start
             yield new_tokens
 
-    def _pipelines(self, params: DFlashParams, grammar: TokenGrammar | None, room: int) -> bool:
-        """No grammar, a drafter that can draft from an unread verify, and room for at
-        least one whole block; `sync_phases` keeps the phases apart."""
+    def _pipelines(self, grammar: TokenGrammar | None, room: int | None = None) -> bool:
+        """No grammar, a drafter that can draft from an unread verify, and (when `room`
+        is given) room for at least one whole block; `sync_phases` keeps the phases
+        apart."""
         return (
             self.pipelined
             and grammar is None
             and not self.sync_phases
             and getattr(self.drafter, "can_pipeline", False)
-            and room >= self.drafter.draft_block_size
+            and (room is None or room >= self.drafter.draft_block_size)
         )
 
     def _pipelined_cycles(
@@ -365,18 +401,18 @@ class DFlashGenerator:
         drafter = cast(PipelinedDrafter, self.drafter)  # _pipelines checked can_pipeline
         size = drafter.draft_block_size
         t0 = time.perf_counter()
-        draft = self._draft_tokens(drafter.propose(committed, context), params, mask)
+        draft = self.draft_tokens(drafter.propose(committed, context), params, mask)
         t1 = time.perf_counter()
         stats.draft_s += t1 - t0
         known = len(committed)
-        pending = self._queue_verify(committed[-1], draft, cache, params, mask)
+        pending = self.queue_verify(committed[-1], draft, cache, params, mask)
         stats.verify_s += time.perf_counter() - t1
         while True:
             t0 = time.perf_counter()
             logits = drafter.propose_pipelined(
                 known, pending.hidden, pending.num_valid, pending.bonus
             )
-            next_draft = self._draft_tokens(logits, params, mask)
+            next_draft = self.draft_tokens(logits, params, mask)
             mx.async_eval(*(a for a in next_draft if a is not None))
             t1 = time.perf_counter()
             stats.draft_s += t1 - t0
@@ -399,21 +435,25 @@ class DFlashGenerator:
                 return committed, pending.hidden[:, : num_kept + 1], num_emitted
             t3 = time.perf_counter()
             known = len(committed)
-            pending = self._queue_verify(committed[-1], next_draft, cache, params, mask)
+            pending = self.queue_verify(committed[-1], next_draft, cache, params, mask)
             stats.verify_s += time.perf_counter() - t3
             yield new_tokens
 
-    def _queue_verify(
+    def queue_verify(
         self,
-        anchor: int,
+        anchor: int | mx.array,
         drafted: tuple[mx.array, mx.array | None],
         cache: list[Any],
         params: DFlashParams,
         mask: mx.array | None,
-    ) -> _QueuedVerify:
+    ) -> QueuedVerify:
         """The target's forward over [anchor, drafts], queued, with its outcome."""
         draft, draft_probs = drafted
-        block = mx.concatenate([mx.array([anchor], dtype=mx.uint32), draft])
+        if isinstance(anchor, mx.array):  # the previous verify's bonus, on the device
+            first = anchor.astype(mx.uint32).reshape(1)
+        else:
+            first = mx.array([anchor], dtype=mx.uint32)
+        block = mx.concatenate([first, draft])
         logits, hidden, tapes = self.target.forward(block[None], cache, record_tape=True)
         assert logits is not None
         if params.is_greedy:
@@ -425,8 +465,11 @@ class DFlashGenerator:
             target_probs = probabilities(logits[0], params.temperature, mask)
             num_kept, bonus = speculative_outcome(draft, target_probs, draft_probs)
         num_valid = num_kept + 1  # the anchor and the kept drafts
+        for layer_cache in cache:  # device-length caches roll back without a host read
+            if isinstance(layer_cache, DeviceOffsetKVCache):
+                layer_cache.commit(num_valid)
         mx.async_eval(draft, hidden, num_valid, bonus)
-        return _QueuedVerify(draft, hidden, tapes, num_valid, bonus)
+        return QueuedVerify(draft, hidden, tapes, num_valid, bonus)
 
     def _cycle(
         self,
@@ -454,7 +497,7 @@ class DFlashGenerator:
         verify_mask = mask
         if max_drafts > 0:
             draft_logits = self.drafter.propose(committed, context)[:max_drafts]
-            draft, draft_probs = self._draft_tokens(draft_logits, params, mask)
+            draft, draft_probs = self.draft_tokens(draft_logits, params, mask)
             if grammar is not None:
                 n, keep = block_masks(grammar, draft.tolist(), self.target.vocab_size)
                 draft = draft[:n]
@@ -498,7 +541,7 @@ class DFlashGenerator:
         return new_tokens, context
 
     @staticmethod
-    def _draft_tokens(
+    def draft_tokens(
         draft_logits: mx.array, params: DFlashParams, mask: mx.array | None
     ) -> tuple[mx.array, mx.array | None]:
         """The drafted ids (uint32) and, when sampled, the distributions behind them."""

@@ -64,8 +64,11 @@ KEY_BATCH_MIN_HEAD_DIM = 128
 LANE_KEYS = True
 # Query vectors a block holds when a call has several queries (a DFlash verify or draft
 # block); None: the register budget (16 for heads of 64). Fewer spread a lone verify's
-# few blocks over more of the card, each reading the keys again from L2.
-MULTI_QUERY_BLOCK: int | None = None
+# few blocks over more of the card, each reading the keys again from L2. On an H100
+# (dflash_verify_h100_s19/call2, 30 layers chained) 4 took SmolLM2's 16-query verify
+# 1.29 ms against 1.79 (causal) and 1.16 against 1.40 (array mask), its draft block
+# 0.21 against 0.24; 2 and 8 were slower than 4.
+MULTI_QUERY_BLOCK: int | None = 4
 
 _MASK_LOOKUP = """
       if (allowed) {
@@ -408,8 +411,9 @@ def _kernel(masked: bool, lanes: bool) -> Any:
 def queries_per_block(group: int, queries: int, head_dim: int) -> int:
     """Query vectors one block holds in registers: about 32 floats a lane for each of
     the queries and the output accumulators. One query (a decode step) takes its whole
-    GQA group when it fits; several take the register budget whatever their number, so
-    that every count of 2-16 queries runs the same compiled kernel."""
+    GQA group when it fits; several take MULTI_QUERY_BLOCK (at most the register
+    budget) whatever their number, so that every count of 2-16 queries runs the same
+    compiled kernel."""
     budget = 32 // (head_dim // 32)
     if queries == 1:
         return max(1, min(group, budget))

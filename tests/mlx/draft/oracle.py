@@ -81,3 +81,37 @@ class OracleDrafter:
 
     def drop_context(self, num_rows: int) -> None:
         self.context_rows -= num_rows
+
+
+class DeviceOracleDrafter(OracleDrafter):
+    """The oracle for the loop that queues a cycle before reading the last one
+    (async_loop.py): its context length is a device count, as the DFlash drafter's
+    caches keep it, and every bound the loop settles must be that count."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, pipelined=True, **kwargs)
+        self.rows = mx.array(0)
+        self.settled: list[int] = []
+
+    def start_device(self) -> None:
+        self.rows = mx.array(0)
+
+    def propose_committing(
+        self, chunk: mx.array, num_valid: mx.array, anchor: mx.array
+    ) -> mx.array:
+        self.calls += 1
+        self.pipelined_calls += 1
+        self.rows = self.rows + num_valid  # committed rows before the anchor
+        size = self.draft_block_size - 1
+        sequence = self.prompt + self.continuation
+        padded = mx.array(self.continuation + [0] * (size + len(sequence)))
+        ids = padded[self.rows - len(self.prompt) + 1 + mx.arange(size)]
+        if self.corrupt_at is not None:
+            wrong = mx.arange(size) == self.corrupt_at
+            ids = mx.where(wrong, (ids + 1) % self.vocab_size, ids)
+        hit = mx.arange(self.vocab_size)[None] == ids[:, None]
+        return mx.where(hit, 30.0, -30.0)
+
+    def settle(self, bound: int) -> None:
+        assert self.rows.item() == bound, "the loop's count of context rows is off"
+        self.settled.append(bound)

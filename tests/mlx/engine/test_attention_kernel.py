@@ -57,14 +57,18 @@ def test_leaves_the_rest_to_mlx():
     assert not takes_kernel(*_qkv(n=4, s=3), "causal")  # more queries than keys
 
 
-def test_queries_per_block_fits_the_registers():
+def test_queries_per_block_fits_the_registers(monkeypatch):
     assert queries_per_block(4, 1, 128) == 4  # Qwen3-8B decode: the whole group
-    assert queries_per_block(3, 16, 64) == 16  # SmolLM2 verify: 48 vectors in 3 blocks
+    assert queries_per_block(3, 16, 64) == 4  # SmolLM2 verify: 48 vectors in 12 blocks
     assert queries_per_block(8, 1, 256) == 4
     assert queries_per_block(1, 1, 64) == 1
-    # Several queries take the register budget whatever their number: one compile each.
-    assert queries_per_block(3, 2, 64) == queries_per_block(3, 9, 64) == 16
+    # Several queries take the same count whatever their number: one compile each.
+    assert queries_per_block(3, 2, 64) == queries_per_block(3, 9, 64) == 4
+    monkeypatch.setattr(attention_kernel, "MULTI_QUERY_BLOCK", None)  # the register budget
+    assert queries_per_block(3, 16, 64) == 16
     assert queries_per_block(2, 5, 96) == 10
+    monkeypatch.setattr(attention_kernel, "MULTI_QUERY_BLOCK", 64)  # never past it
+    assert queries_per_block(3, 16, 64) == 16
 
 
 def test_a_verify_of_any_length_shares_one_compiled_variant(monkeypatch):
@@ -319,9 +323,8 @@ def test_the_call_hands_the_kernel_a_consistent_layout(monkeypatch, mask_kind):
 
 
 def test_a_draft_takes_the_kernel_for_its_block_attention(monkeypatch):
-    """use_kernel_attention on a DFlash draft: its block attention (no mask while it
-    drafts from committed context, a `keep` array while it drafts from a verify not yet
-    read back) goes through kernel_attention; the tokens stay plain decoding's (a
+    """use_kernel_attention on a DFlash draft: its block attention (a `keep` array over
+    its context and block) goes through kernel_attention; the tokens stay plain decoding's (a
     stand-in computes the kernel's output with MLX's attention); restoring takes it back."""
     from omlx.draft.baseline import plain_generate
     from omlx.draft.loop import DFlashGenerator, DFlashParams
@@ -351,9 +354,8 @@ def test_a_draft_takes_the_kernel_for_its_block_attention(monkeypatch):
     prompt, params = [3, 17, 42, 99, 5, 128, 7, 64], DFlashParams(max_tokens=40)
     got = DFlashGenerator.from_models(target, draft).generate(prompt, params).run()
     assert got == plain_generate(target, prompt, params).tokens
-    keys = {shape[-1] for shape in masks if shape is not None}
-    assert None in masks and keys  # the first draft, then drafts from unread verifies
-    assert all(shape[:3] == (1, 1, 1) for shape in masks if shape is not None)
+    # Drafts from verifies not read back yet: a `keep` mask over context and block.
+    assert masks and all(shape is not None and shape[:3] == (1, 1, 1) for shape in masks)
     restore_kernel_attention(draft)
     assert not any(layer.self_attn.attends_by_kernel for layer in draft.layers)
     masks.clear()
@@ -362,8 +364,8 @@ def test_a_draft_takes_the_kernel_for_its_block_attention(monkeypatch):
 
 
 def test_a_target_whose_verifies_take_the_kernel_keeps_unbucketed_keys(monkeypatch):
-    """With the kernel taking a float32 target's verifies, DFlash's cache hands it the
-    keys in use and a "causal" mask (no key buckets, no array mask to read); the tokens
+    """With the kernel taking a float32 target's verifies, DFlash's host-length cache
+    hands it the keys in use and a "causal" mask (no key buckets, no array mask to read); the tokens
     stay plain decoding's. A bfloat16 target keeps the buckets (its "causal" calls are
     cuDNN's, which key buckets keep from rebuilding)."""
     from omlx.draft.baseline import plain_generate
@@ -398,8 +400,10 @@ def test_a_target_whose_verifies_take_the_kernel_keeps_unbucketed_keys(monkeypat
     try:
         adapter = TargetAdapter(target, draft.config.target_layer_ids)
         assert all(type(c) is KVCache for c in adapter.make_cache())
-        got = DFlashGenerator.from_models(target, draft).generate(prompt, params).run()
-        assert got == want
+        # The loops that read each verify back use these caches (the one that queues
+        # ahead keeps its own, with lengths on the device).
+        generator = DFlashGenerator.from_models(target, draft, pipelined=False)
+        assert generator.generate(prompt, params).run() == want
         assert causal and all(causal)  # every verify the kernel took was "causal"
         target.update(tree_map(lambda p: p.astype(mx.bfloat16), target.parameters()))
         assert all(type(c) is VerifyKVCache for c in adapter.make_cache())
