@@ -7,15 +7,17 @@
 # draft's block). An untrained draft of the trained one's shape times the cycle as well
 # as the trained one: what it costs does not depend on what it drafts. KERNEL_BLOCKS: the
 # kernel's query vectors a block for the kernel arms (0: the module's default), and
-# VARIANTS the kernel check's candidates; NO_PROBE=1 leaves the probe out; LOOPS the
+# VARIANTS the kernel check's candidates; NO_PROBE=1 leaves the probe out, NO_CHECK=1 the kernel check; LOOPS the
 # DFlash loops timed (default async,pipelined).
 #   benchmarks/dflash_verify_gpu.sh MODEL_DIR DRAFT_DIR OUT_DIR
 set -euo pipefail
 model=$1 draft=$2 out=$3
 mkdir -p "$out"
-python3 benchmarks/attention_kernel_check.py --variants "${VARIANTS:-keys4}" \
-    --cases smollm2-verify-causal,smollm2-verify-array,smollm2-draft-block,smollm2-decode-64 \
-    --out "$out/attention_chained.jsonl" > "$out/attention_chained.log" 2>&1 || true
+if [[ -z ${NO_CHECK:-} ]]; then
+    python3 benchmarks/attention_kernel_check.py --variants "${VARIANTS:-keys4}" \
+        --cases smollm2-verify-causal,smollm2-verify-array,smollm2-draft-block,smollm2-decode-64 \
+        --out "$out/attention_chained.jsonl" > "$out/attention_chained.log" 2>&1 || true
+fi
 if [[ -z ${NO_PROBE:-} ]]; then
     python3 -m benchmarks.row_gemv_probe --rows 1,16 --dtypes float32 --kernels --reps 20 \
         --layouts as_loaded,row_gemv,kernel --out "$out/probe.jsonl" > "$out/probe.log" 2>&1 || true
