@@ -59,7 +59,7 @@ def async_cycles(
     """Every cycle of a request after its first token, up to `params.max_tokens`."""
     drafter: Any = generator.drafter
     size = drafter.draft_block_size
-    device_cache = [DeviceOffsetKVCache.from_cache(c) for c in cache]
+    device_cache, length = DeviceOffsetKVCache.from_caches(cache)
     drafter.start_device()
     t0 = time.perf_counter()
     anchor = mx.array([committed[-1]], dtype=mx.uint32)
@@ -85,8 +85,7 @@ def async_cycles(
         # the target's holds the queued verify's block besides.
         t3 = time.perf_counter()
         known = len(committed) - 1
-        for layer_cache in device_cache:
-            layer_cache.settle(known + size)
+        length.settle(known + size)
         drafter.settle(known)
         stats.rollback_s += time.perf_counter() - t3
         new_tokens = new_tokens[: params.max_tokens - num_emitted]

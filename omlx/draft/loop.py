@@ -19,7 +19,7 @@ import mlx.nn as nn
 from omlx.draft.accept import accept_length
 from omlx.draft.async_loop import async_cycles, runs_async
 from omlx.draft.capture import TargetAdapter
-from omlx.draft.device_cache import DeviceOffsetKVCache
+from omlx.draft.device_cache import DeviceLength, DeviceOffsetKVCache
 from omlx.draft.grammar import TokenGrammar, block_masks, suppressed
 from omlx.draft.model import DFlashDraftModel
 from omlx.draft.sampling import (
@@ -132,20 +132,19 @@ class DFlashDrafter:
                 layer_cache.trim(num_rows)
 
     def start_device(self) -> None:
-        """Context caches with device-side lengths (async_loop.py): each propose then
+        """Context caches with a device-side length (async_loop.py): each propose then
         commits its valid rows itself, and nothing is dropped."""
-        self._cache = [DeviceOffsetKVCache() for _ in self.model.layers]
+        self._length = DeviceLength()
+        self._cache = [DeviceOffsetKVCache(self._length) for _ in self.model.layers]
 
     def propose_committing(self, chunk: mx.array, num_valid: mx.array, anchor: mx.array):
         """propose_pipelined on device-length caches, keeping `num_valid` rows of `chunk`."""
         logits = self.propose_pipelined(0, chunk, num_valid, anchor)
-        for layer_cache in self._cache:
-            layer_cache.commit(num_valid)
+        self._length.commit(num_valid, chunk.shape[1])
         return logits
 
     def settle(self, bound: int) -> None:
-        for layer_cache in self._cache:
-            layer_cache.settle(bound)
+        self._length.settle(bound)
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,9 +464,9 @@ class DFlashGenerator:
             target_probs = probabilities(logits[0], params.temperature, mask)
             num_kept, bonus = speculative_outcome(draft, target_probs, draft_probs)
         num_valid = num_kept + 1  # the anchor and the kept drafts
-        for layer_cache in cache:  # device-length caches roll back without a host read
-            if isinstance(layer_cache, DeviceOffsetKVCache):
-                layer_cache.commit(num_valid)
+        lengths = {id(c.length): c.length for c in cache if isinstance(c, DeviceOffsetKVCache)}
+        for length in lengths.values():  # device-length caches roll back with no host read
+            length.commit(num_valid, block.shape[0])
         mx.async_eval(draft, hidden, num_valid, bonus)
         return QueuedVerify(draft, hidden, tapes, num_valid, bonus)
 

@@ -90,25 +90,29 @@ def test_sampling_draws_what_the_sequential_loop_draws(target):
 
 
 def test_the_cache_masks_what_it_has_not_committed():
-    """Against a host-offset KVCache that trims: the same keys in the same places, and
-    every key past a query's position masked."""
+    """Against host-offset KVCaches that trim: the same keys in the same places in every
+    layer, every key past a query's position masked, and one length for all layers."""
     mx.random.seed(3)
-    host = KVCache()
-    prefix = mx.random.normal((1, 2, 5, 4)), mx.random.normal((1, 2, 5, 4))
-    host.update_and_fetch(*prefix)
-    dev = DeviceOffsetKVCache.from_cache(host)
+    hosts = [KVCache(), KVCache()]
+    for host in hosts:
+        host.update_and_fetch(mx.random.normal((1, 2, 5, 4)), mx.random.normal((1, 2, 5, 4)))
+    devs, length = DeviceOffsetKVCache.from_caches(hosts)
+    assert all(dev.length is length for dev in devs) and length.offset.item() == 5
     for num_valid in (3, 1, 4):
-        block = mx.random.normal((1, 2, 4, 4)), mx.random.normal((1, 2, 4, 4))
-        mask = dev.make_mask(4)
-        keys, _ = dev.update_and_fetch(*block)
-        dev.commit(mx.array(num_valid))
-        start = host.offset
-        host.update_and_fetch(*block)
-        host.trim(4 - num_valid)
+        start = hosts[0].offset
+        mask = devs[0].make_mask(4)
+        for dev, host in zip(devs, hosts, strict=True):
+            block = mx.random.normal((1, 2, 4, 4)), mx.random.normal((1, 2, 4, 4))
+            keys, _ = dev.update_and_fetch(*block)
+            assert dev.offset.item() == start  # later layers still rotate from it
+            host.update_and_fetch(*block)
+            host.trim(4 - num_valid)
+        length.commit(mx.array(num_valid), 4)
         assert keys.shape[2] == mask.shape[1] >= start + 4
         assert mask.tolist() == [[s <= start + i for s in range(keys.shape[2])] for i in range(4)]
-        assert dev.offset.item() == host.offset
-        n = host.offset
-        assert mx.array_equal(dev.keys[..., :n, :], host.keys[..., :n, :]).item()
-        dev.settle(n)
-        assert dev.bound == n
+        n = hosts[0].offset
+        assert length.offset.item() == n and length.bound >= n
+        for dev, host in zip(devs, hosts, strict=True):
+            assert mx.array_equal(dev.keys[..., :n, :], host.keys[..., :n, :]).item()
+        length.settle(n)
+        assert length.bound == n
