@@ -87,10 +87,10 @@ def main() -> None:
     ap.add_argument("--sampled-drafts", action="store_true", help="T > 0: also sampled drafts")
     ap.add_argument(
         "--loops",
-        default="async",
-        help="DFlash loops to time, one row set each: async (pipelined cycles queued "
-        "before the last is read, omlx/draft/async_loop.py: the default where the target "
-        "allows), pipelined (each verify read before the next is queued), sequential",
+        default="pipelined",
+        help="DFlash loops to time, one row set each: pipelined (the default: each "
+        "verify read before the next is queued), async (pipelined cycles queued before "
+        "the last is read, omlx/draft/async_loop.py), sequential",
     )
     ap.add_argument(
         "--fused-projections",

@@ -122,15 +122,14 @@ def compare(
     seed: int = 0,
     sync_phases: bool = False,
     pipelined: bool = True,
-    queue_ahead: bool = True,
+    queue_ahead: bool = False,
 ) -> BenchReport:
     """Generate every prompt plainly and with DFlash; a warm-up pass runs first.
 
     `sync_phases` waits for the device after each phase, for a time split that is the
     device's (slower: draft and verify no longer overlap); `pipelined=False` keeps
     every cycle sequential (the loop before drafting from unread verifies);
-    `queue_ahead=False` keeps the pipelined loop that reads each verify before it
-    queues the next (the loop before async_loop.py)."""
+    `queue_ahead` queues each cycle before reading the last (async_loop.py)."""
     generator = DFlashGenerator.from_models(
         model,
         draft,

@@ -234,7 +234,7 @@ class DFlashGenerator:
         *,
         sync_phases: bool = False,
         pipelined: bool = True,
-        queue_ahead: bool = True,
+        queue_ahead: bool = False,
     ) -> None:
         self.target = target
         self.drafter = drafter
@@ -246,7 +246,8 @@ class DFlashGenerator:
         # (_pipelined_cycles); False keeps every cycle sequential (benchmarks compare).
         self.pipelined = pipelined
         # Pipelined cycles on device-length caches, queued before the last is read
-        # (async_loop.py), where the target allows; False reads each verify first.
+        # (async_loop.py), where the target allows. Off by default: on an H100 it was
+        # slower than reading each verify first (async_loop.py says by how much).
         self.queue_ahead = queue_ahead
 
     @classmethod
@@ -259,7 +260,7 @@ class DFlashGenerator:
         decode: Any = None,
         sync_phases: bool = False,
         pipelined: bool = True,
-        queue_ahead: bool = True,
+        queue_ahead: bool = False,
     ) -> DFlashGenerator:
         target = TargetAdapter(target_model, draft_model.config.target_layer_ids)
         drafter = DFlashDrafter(draft_model, target, draft_block_size)

@@ -27,7 +27,7 @@ def target(request):
 @pytest.mark.parametrize("max_tokens", [1, 2, 17, 97])
 def test_a_random_draft_decodes_what_plain_decoding_does(target, max_tokens):
     draft = random_draft(draft_config_for(target), seed=1)
-    generator = DFlashGenerator.from_models(target, draft)
+    generator = DFlashGenerator.from_models(target, draft, queue_ahead=True)
     calls = []
     commit = generator.drafter.propose_committing
     generator.drafter.propose_committing = lambda *a: calls.append(1) or commit(*a)
@@ -46,7 +46,7 @@ def test_kept_and_rejected_drafts_roll_back_on_the_device(target, corrupt_at, mo
     monkeypatch.setattr(device_cache, "GROWTH_TOKENS", 32)
     cont = plain_generate(target, PROMPT, DFlashParams(max_tokens=150)).tokens
     oracle = DeviceOracleDrafter(PROMPT, cont, VOCAB, corrupt_at=corrupt_at)
-    generator = DFlashGenerator(TargetAdapter(target, (1, 2)), oracle)
+    generator = DFlashGenerator(TargetAdapter(target, (1, 2)), oracle, queue_ahead=True)
     run = generator.generate(PROMPT, DFlashParams(max_tokens=150))
     assert run.run() == cont
     per_cycle = 16 if corrupt_at is None else corrupt_at + 1
@@ -63,14 +63,15 @@ def test_targets_it_cannot_serve_keep_the_pipelined_loop():
     """Recurrent layers (tape replay) and a drafter without device caches."""
     hybrid = build_target("qwen3_5")
     draft = random_draft(draft_config_for(hybrid), seed=1)
-    generator = DFlashGenerator.from_models(hybrid, draft)
+    generator = DFlashGenerator.from_models(hybrid, draft, queue_ahead=True)
     generator.drafter.propose_committing = None  # would fail if called
     params = DFlashParams(max_tokens=40)
     assert generator.generate(PROMPT, params).run() == plain_generate(hybrid, PROMPT, params).tokens
     llama = build_target("llama")
     cont = plain_generate(llama, PROMPT, DFlashParams(max_tokens=40)).tokens
     oracle = OracleDrafter(PROMPT, cont, VOCAB, corrupt_at=3, pipelined=True)
-    run = DFlashGenerator(TargetAdapter(llama, (1, 2)), oracle).generate(PROMPT, params)
+    generator = DFlashGenerator(TargetAdapter(llama, (1, 2)), oracle, queue_ahead=True)
+    run = generator.generate(PROMPT, params)
     assert run.run() == cont and oracle.pipelined_calls > 0
 
 
@@ -82,7 +83,9 @@ def test_sampling_draws_what_the_sequential_loop_draws(target):
     params = DFlashParams(max_tokens=60, temperature=0.7, draft_by_argmax=True)
     runs = {}
     for pipelined in (False, True):
-        generator = DFlashGenerator.from_models(target, draft, pipelined=pipelined)
+        generator = DFlashGenerator.from_models(
+            target, draft, pipelined=pipelined, queue_ahead=True
+        )
         mx.random.seed(11)
         runs[pipelined] = generator.generate(PROMPT, params).run()
     head = params.max_tokens - 16
