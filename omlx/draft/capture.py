@@ -19,6 +19,7 @@ import mlx.nn as nn
 from omlx.draft.tape import GatedDeltaTape, TapeGatedDeltaNet, can_tape
 from omlx.errors import DraftMismatch
 from omlx.mlx_lm_compat import ArraysCache, KVCache, make_prompt_cache
+from omlx.mlx_lm_compat.attention_kernel import kernel_takes_verifies, takes_causal
 from omlx.mlx_lm_compat.decoder import decoder_stack
 
 # Inputs up to this long (verify blocks) see keys padded to a multiple of this width.
@@ -145,11 +146,19 @@ class TargetAdapter:
         return getattr(self._text, "norm", None)
 
     def make_cache(self) -> list[Any]:
+        # Key buckets keep MLX's attention from rebuilding its kernels each cycle; omlx's
+        # kernel compiles once whatever the key length, so it gets the keys in use under
+        # a "causal" mask (no masked bucket tail to walk, no mask array to build). Every
+        # kernel cycle timed on an H100 (dflash_verify_h100_s19, calls 2-5: 1.72-1.85
+        # plain tokens a cycle) ran this way; the one bucketed run, on another machine of
+        # the same kind, took 1.95 (call 1).
+        bucketed = not (kernel_takes_verifies(self.model) and takes_causal(self.dtype))
         cache = [
-            VerifyKVCache() if type(c) is KVCache else c for c in make_prompt_cache(self.model)
+            VerifyKVCache() if type(c) is KVCache and bucketed else c
+            for c in make_prompt_cache(self.model)
         ]
         for layer, layer_cache in zip(self._layers, cache, strict=True):
-            if type(layer_cache) not in (VerifyKVCache, ArraysCache):
+            if type(layer_cache) not in (VerifyKVCache, KVCache, ArraysCache):
                 raise DraftMismatch(
                     f"DFlash cannot roll back a {type(layer_cache).__name__} "
                     "(sliding-window or quantized caches are not supported)"

@@ -37,6 +37,7 @@ from omlx.mlx_lm_compat.attention_patch import patch_attention, restore_attentio
 from omlx.mlx_lm_compat.cuda_header import CONVERSIONS
 
 _PATCHED = "_omlx_kernel_attention"
+_EVERY_CALL = "_omlx_kernel_every_call"  # set on a model whose 1-16-query calls it takes
 # A module with attention of its own (the DFlash draft's) declares this attribute, False;
 # use_kernel_attention sets it True and the module then calls kernel_attention itself.
 KERNEL_ATTENTION_FLAG = "attends_by_kernel"
@@ -451,11 +452,16 @@ def takes_kernel(queries: Any, keys: Any, values: Any, mask: Any) -> bool:
     if mask is None:
         return n > 1
     if isinstance(mask, str):
-        return mask == "causal" and queries.dtype == mx.float32
+        return mask == "causal" and takes_causal(queries.dtype)
     if not isinstance(mask, mx.array) or mask.dtype != mx.bool_ or not 1 <= mask.ndim <= 4:
         return False
     m = (1,) * (4 - mask.ndim) + tuple(mask.shape)
     return m[0] in (1, b) and m[1] in (1, heads) and m[2] in (1, n) and m[3] == keys.shape[2]
+
+
+def takes_causal(dtype: Any) -> bool:
+    """Whether the kernel takes this dtype's "causal" calls (see takes_kernel)."""
+    return dtype == mx.float32
 
 
 def takes_batched_decode(queries: Any, keys: Any, values: Any, mask: Any) -> bool:
@@ -536,7 +542,14 @@ def use_kernel_attention(model: Any, batched_decode_only: bool = False) -> int:
     takes = takes_batched_decode if batched_decode_only else takes_kernel
     if not batched_decode_only:
         _set_own_flag(model, True)
+        object.__setattr__(model, _EVERY_CALL, True)
     return patch_attention(model, takes, kernel_attention, _PATCHED)
+
+
+def kernel_takes_verifies(model: Any) -> bool:
+    """Whether `use_kernel_attention` routed `model`'s every call of 1-16 queries (a
+    DFlash verify) through the kernel, not only its batched decode steps."""
+    return getattr(model, _EVERY_CALL, False)
 
 
 def _set_own_flag(model: Any, value: bool) -> None:
@@ -564,15 +577,19 @@ def warm_kernel_attention(model: Any) -> bool:
 
 def restore_kernel_attention(model: Any) -> None:
     _set_own_flag(model, False)
+    if _EVERY_CALL in model.__dict__:
+        object.__delattr__(model, _EVERY_CALL)
     restore_attention(model, _PATCHED)
 
 
 __all__ = [
     "KERNEL_ATTENTION_FLAG",
     "kernel_attention",
+    "kernel_takes_verifies",
     "queries_per_block",
     "restore_kernel_attention",
     "takes_batched_decode",
+    "takes_causal",
     "takes_kernel",
     "use_kernel_attention",
     "warm_kernel_attention",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 import pytest
+from mlx.utils import tree_map
 
 from omlx.engine.mlx_backend import MLXBackend
 from omlx.mlx_lm_compat import attention_kernel
@@ -362,3 +363,51 @@ def test_a_draft_takes_the_kernel_for_its_block_attention(monkeypatch):
     masks.clear()
     DFlashGenerator.from_models(target, draft).generate(prompt, params).run()
     assert not masks
+
+
+def test_a_target_whose_verifies_take_the_kernel_keeps_unbucketed_keys(monkeypatch):
+    """With the kernel taking a float32 target's verifies, DFlash's host-length cache
+    hands it the keys in use and a "causal" mask (no key buckets, no array mask to read); the tokens
+    stay plain decoding's. A bfloat16 target keeps the buckets (its "causal" calls are
+    cuDNN's, which key buckets keep from rebuilding)."""
+    from omlx.draft.baseline import plain_generate
+    from omlx.draft.capture import TargetAdapter, VerifyKVCache
+    from omlx.draft.loop import DFlashGenerator, DFlashParams
+    from omlx.draft.random_init import draft_config_for, random_draft
+    from omlx.mlx_lm_compat import KVCache
+
+    causal = []
+
+    def fake_kernel(masked, lanes=False):
+        def run(inputs, template, grid, threadgroup, output_shapes, output_dtypes):
+            import struct
+
+            t = dict(template)
+            q, k, v = inputs[:3]
+            (scale,) = struct.unpack("<f", struct.pack("<i", t["SCALE_BITS"]))
+            mask = inputs[3] if masked else ("causal" if t["CAUSAL"] else None)
+            causal.append(t["CAUSAL"])
+            out = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+            return [out.transpose(0, 2, 1, 3)]
+
+        return run
+
+    monkeypatch.setattr(attention_kernel, "_kernel", fake_kernel)
+    monkeypatch.setattr(attention_kernel, "_variants", {})
+    target = build_target("qwen3", head_dim=64)
+    draft = random_draft(draft_config_for(target), seed=1)
+    prompt, params = [3, 17, 42, 99, 5, 128, 7, 64], DFlashParams(max_tokens=40)
+    want = plain_generate(target, prompt, params).tokens
+    use_kernel_attention(target)
+    try:
+        adapter = TargetAdapter(target, draft.config.target_layer_ids)
+        assert all(type(c) is KVCache for c in adapter.make_cache())
+        # The loops that read each verify back use these caches (the one that queues
+        # ahead keeps its own, with lengths on the device).
+        generator = DFlashGenerator.from_models(target, draft)
+        assert generator.generate(prompt, params).run() == want
+        assert causal and all(causal)  # every verify the kernel took was "causal"
+        target.update(tree_map(lambda p: p.astype(mx.bfloat16), target.parameters()))
+        assert all(type(c) is VerifyKVCache for c in adapter.make_cache())
+    finally:
+        restore_kernel_attention(target)
