@@ -22,6 +22,7 @@ from omlx.draft.grammar import TokenGrammar
 from omlx.draft.loop import DFlashGenerator, DFlashParams
 from omlx.draft.model import DFlashDraftModel
 from omlx.draft.stats import DFlashStats
+from omlx.mlx_lm_compat.attention_kernel import kernel_takes_verifies, use_kernel_attention
 from omlx.mlx_lm_compat.row_gemv import use_row_gemv, uses_row_gemv
 from omlx.platform.device import on_gpu
 
@@ -125,6 +126,8 @@ class DFlashPath:
                 self._draft = make_draft(model, str(self.draft_path))
                 if uses_row_gemv(model):  # engine.row_gemv chose it for the target
                     use_row_gemv(self._draft)
+                if kernel_takes_verifies(model):  # engine.decode_attention = "kernel"
+                    use_kernel_attention(self._draft)
                 log.info("loaded DFlash draft %s", self.draft_path)
             block = self.draft_block_size or serving_block_size(
                 self._draft.config.block_size, gpu=on_gpu()

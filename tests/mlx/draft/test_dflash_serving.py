@@ -86,3 +86,23 @@ def test_unset_block_size_is_the_drafts_own_on_a_gpu_and_at_most_4_on_a_cpu(mode
     assert auto._generator_for(target).drafter.draft_block_size == on_this_device
     pinned = DFlashPath.from_settings(DraftSettings(path=str(draft_dir), block_size=8))
     assert pinned._generator_for(target).drafter.draft_block_size == 8
+
+
+def test_the_draft_follows_a_target_whose_verifies_take_the_kernel(model_and_draft):
+    """engine.decode_attention = "kernel" routes the target's verifies through omlx's
+    CUDA kernel; the served draft's block attention then takes it too."""
+    from omlx.mlx_lm_compat.attention_kernel import (
+        restore_kernel_attention,
+        use_kernel_attention,
+    )
+
+    model_dir, draft_dir = model_and_draft
+    target, _ = load(str(model_dir))
+    plain = DFlashPath(draft_dir)._generator_for(target)
+    assert not any(layer.self_attn.attends_by_kernel for layer in plain.drafter.model.layers)
+    use_kernel_attention(target)
+    try:
+        draft = DFlashPath(draft_dir)._generator_for(target).drafter.model
+        assert all(layer.self_attn.attends_by_kernel for layer in draft.layers)
+    finally:
+        restore_kernel_attention(target)
