@@ -98,6 +98,7 @@ class DFlashDrafter:
             raise InvalidRequest("the DFlash draft block size must be at least 2")
         self.mask_token_id = cfg.mask_token_id
         self._cache: list[Any] = []
+        self._length = DeviceLength()  # the caches' length after start_device
         self._head: Any = target.lm_head
         if model.vocab is not None:
             self._head = RestrictedHead(
