@@ -17,8 +17,10 @@ Off by default (`DFlashGenerator(queue_ahead=True)` turns it on): measured on an
 its cycle took 8.60 ms against the pipelined loop's 7.57 with omlx's attention kernel,
 and 12.47 against 10.52 with row attention. There the host's work a cycle (building
 the graphs and recording them for the GPU) is most of the cycle whichever loop runs,
-so queuing ahead gains no overlap, and its masks and writes add graph nodes. It is
-kept for devices where recording is cheap next to the device's work.
+so queuing ahead gains no overlap, and its masks and writes add graph nodes (in MLX
+0.32 a write at a device offset is one more GPU operation than a host-offset write, and
+copies the whole buffer while a queued pass still reads it). It is kept for devices
+where recording is cheap next to the device's work.
 """
 
 from __future__ import annotations
