@@ -322,6 +322,27 @@ def test_the_call_hands_the_kernel_a_consistent_layout(monkeypatch, mask_kind):
     assert len(calls) == 2 and calls[0] == calls[1]
 
 
+def _standin_kernel(seen: list):
+    """A stand-in for the compiled kernel (any device): each call's template and mask go
+    to `seen`, and the output is MLX's attention in the [B, L, H, D] layout the kernel
+    writes."""
+    import struct
+
+    def factory(masked, lanes=False):
+        def run(inputs, template, grid, threadgroup, output_shapes, output_dtypes):
+            t = dict(template)
+            q, k, v = inputs[:3]
+            (scale,) = struct.unpack("<f", struct.pack("<i", t["SCALE_BITS"]))
+            mask = inputs[3] if masked else ("causal" if t["CAUSAL"] else None)
+            seen.append((t, mask))
+            out = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+            return [out.transpose(0, 2, 1, 3)]
+
+        return run
+
+    return factory
+
+
 def test_a_draft_takes_the_kernel_for_its_block_attention(monkeypatch):
     """use_kernel_attention on a DFlash draft: its block attention (no mask while it
     drafts from committed context, a `keep` array while it drafts from a verify not yet
@@ -331,22 +352,8 @@ def test_a_draft_takes_the_kernel_for_its_block_attention(monkeypatch):
     from omlx.draft.loop import DFlashGenerator, DFlashParams
     from omlx.draft.random_init import draft_config_for, random_draft
 
-    masks = []
-
-    def fake_kernel(masked, lanes=False):
-        def run(inputs, template, grid, threadgroup, output_shapes, output_dtypes):
-            import struct
-
-            q, k, v = inputs[:3]
-            (scale,) = struct.unpack("<f", struct.pack("<i", dict(template)["SCALE_BITS"]))
-            mask = inputs[3] if masked else None
-            masks.append(None if mask is None else mask.shape)
-            out = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
-            return [out.transpose(0, 2, 1, 3)]
-
-        return run
-
-    monkeypatch.setattr(attention_kernel, "_kernel", fake_kernel)
+    seen = []
+    monkeypatch.setattr(attention_kernel, "_kernel", _standin_kernel(seen))
     monkeypatch.setattr(attention_kernel, "_variants", {})
     target = build_target("qwen3", head_dim=64)
     draft = random_draft(draft_config_for(target), seed=1)
@@ -355,44 +362,30 @@ def test_a_draft_takes_the_kernel_for_its_block_attention(monkeypatch):
     prompt, params = [3, 17, 42, 99, 5, 128, 7, 64], DFlashParams(max_tokens=40)
     got = DFlashGenerator.from_models(target, draft).generate(prompt, params).run()
     assert got == plain_generate(target, prompt, params).tokens
+    masks = [None if mask is None else mask.shape for _, mask in seen]
     keys = {shape[-1] for shape in masks if shape is not None}
     assert None in masks and keys  # the first draft, then drafts from unread verifies
     assert all(shape[:3] == (1, 1, 1) for shape in masks if shape is not None)
     restore_kernel_attention(draft)
     assert not any(layer.self_attn.attends_by_kernel for layer in draft.layers)
-    masks.clear()
+    seen.clear()
     DFlashGenerator.from_models(target, draft).generate(prompt, params).run()
-    assert not masks
+    assert not seen
 
 
 def test_a_target_whose_verifies_take_the_kernel_keeps_unbucketed_keys(monkeypatch):
     """With the kernel taking a float32 target's verifies, DFlash's host-length cache
-    hands it the keys in use and a "causal" mask (no key buckets, no array mask to read); the tokens
-    stay plain decoding's. A bfloat16 target keeps the buckets (its "causal" calls are
-    cuDNN's, which key buckets keep from rebuilding)."""
+    hands it the keys in use and a "causal" mask (no key buckets, no array mask to
+    read); the tokens stay plain decoding's. A bfloat16 target keeps the buckets (its
+    "causal" calls are cuDNN's, which key buckets keep from rebuilding)."""
     from omlx.draft.baseline import plain_generate
     from omlx.draft.capture import TargetAdapter, VerifyKVCache
     from omlx.draft.loop import DFlashGenerator, DFlashParams
     from omlx.draft.random_init import draft_config_for, random_draft
     from omlx.mlx_lm_compat import KVCache
 
-    causal = []
-
-    def fake_kernel(masked, lanes=False):
-        def run(inputs, template, grid, threadgroup, output_shapes, output_dtypes):
-            import struct
-
-            t = dict(template)
-            q, k, v = inputs[:3]
-            (scale,) = struct.unpack("<f", struct.pack("<i", t["SCALE_BITS"]))
-            mask = inputs[3] if masked else ("causal" if t["CAUSAL"] else None)
-            causal.append(t["CAUSAL"])
-            out = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
-            return [out.transpose(0, 2, 1, 3)]
-
-        return run
-
-    monkeypatch.setattr(attention_kernel, "_kernel", fake_kernel)
+    seen = []
+    monkeypatch.setattr(attention_kernel, "_kernel", _standin_kernel(seen))
     monkeypatch.setattr(attention_kernel, "_variants", {})
     target = build_target("qwen3", head_dim=64)
     draft = random_draft(draft_config_for(target), seed=1)
@@ -406,6 +399,7 @@ def test_a_target_whose_verifies_take_the_kernel_keeps_unbucketed_keys(monkeypat
         # ahead keeps its own, with lengths on the device).
         generator = DFlashGenerator.from_models(target, draft)
         assert generator.generate(prompt, params).run() == want
+        causal = [t["CAUSAL"] for t, _ in seen]
         assert causal and all(causal)  # every verify the kernel took was "causal"
         target.update(tree_map(lambda p: p.astype(mx.bfloat16), target.parameters()))
         assert all(type(c) is VerifyKVCache for c in adapter.make_cache())
