@@ -69,9 +69,13 @@ class OracleDrafter:
         # committed right after the chunk's valid rows.
         if self.greedy:
             assert anchor.item() == sequence[known - 1 + num_valid.item()]
+        return self._logits_after(known - 1 + num_valid)
+
+    def _logits_after(self, rows: mx.array) -> mx.array:
+        """The block's logits when `rows` (a device count) tokens precede the anchor."""
         size = self.draft_block_size - 1
-        padded = mx.array(self.continuation + [0] * (size + len(sequence)))
-        done = known - 1 + num_valid - len(self.prompt) + 1  # continuation through anchor
+        padded = mx.array(self.continuation + [0] * (size + len(self.prompt + self.continuation)))
+        done = rows - len(self.prompt) + 1  # continuation tokens through the anchor
         ids = padded[done + mx.arange(size)]
         if self.corrupt_at is not None:
             wrong = mx.arange(size) == self.corrupt_at
@@ -102,15 +106,7 @@ class DeviceOracleDrafter(OracleDrafter):
         self.calls += 1
         self.pipelined_calls += 1
         self.rows = self.rows + num_valid  # committed rows before the anchor
-        size = self.draft_block_size - 1
-        sequence = self.prompt + self.continuation
-        padded = mx.array(self.continuation + [0] * (size + len(sequence)))
-        ids = padded[self.rows - len(self.prompt) + 1 + mx.arange(size)]
-        if self.corrupt_at is not None:
-            wrong = mx.arange(size) == self.corrupt_at
-            ids = mx.where(wrong, (ids + 1) % self.vocab_size, ids)
-        hit = mx.arange(self.vocab_size)[None] == ids[:, None]
-        return mx.where(hit, 30.0, -30.0)
+        return self._logits_after(self.rows)
 
     def settle(self, bound: int) -> None:
         assert self.rows.item() == bound, "the loop's count of context rows is off"
