@@ -125,7 +125,3 @@ class DeviceOffsetKVCache:
         self.keys = mx.slice_update(self.keys, keys, index, axes=axes)
         self.values = mx.slice_update(self.values, values, index, axes=axes)
         return self.keys[..., :width, :], self.values[..., :width, :]
-
-    @property
-    def state(self) -> list[mx.array]:
-        return [a for a in (self.keys, self.values) if a is not None]
