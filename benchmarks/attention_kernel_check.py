@@ -18,10 +18,9 @@ same H100; the eighteenth session's notes). Lines carry "timing": "chained". --v
 also checks and times the kernel's candidate loads in the same process (`pairs`: two
 neighbouring elements a load; `prefetch`: the next key's loads before this key's
 arithmetic; `keysN`: N keys' loads issued together; `lanes`: a key a lane instead of a
-key a warp; parts joined by "+"; `first`: none,
-the first kernel), whatever the module's
-defaults are. One JSON line per case; exit status 1 if any case's error is out of
-bounds. Needs CUDA.
+key a warp; `qpbN`: N query vectors a block for calls of several queries; parts joined
+by "+"; `first`: none, the first kernel), whatever the module's defaults are. One JSON
+line per case; exit status 1 if any case's error is out of bounds. Needs CUDA.
 """
 
 from __future__ import annotations

@@ -133,8 +133,9 @@ class DFlashDrafter:
                 layer_cache.trim(num_rows)
 
     def start_device(self) -> None:
-        """Context caches with a device-side length (async_loop.py): each propose then
-        commits its valid rows itself, and nothing is dropped."""
+        """Context caches with a device-side length (async_loop.py): proposals then go
+        through propose_committing, which commits their valid rows, and nothing is
+        dropped."""
         self._length = DeviceLength()
         self._cache = [DeviceOffsetKVCache(self._length) for _ in self.model.layers]
 
