@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -174,10 +175,14 @@ def main() -> None:
         "git": _git_sha(),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "command": " ".join(sys.argv),
+        "mlx_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("MLX_")},
     }
-    # One full-length warm-up of both paths, so kernel compilation stays out of the rows.
-    warm = DFlashParams(max_tokens=args.max_tokens, eos_token_ids=eos)
-    compare(model, draft, prompts[categories[0]][:1], warm)
+    # One full-length warm-up of both paths per temperature, so kernel compilation stays
+    # out of the rows: the sampled path runs kernels the greedy one never does (the
+    # twentieth session's first sampled category on an H100 paid them, 27.6 ms a cycle).
+    for temperature in sorted({float(t) for t in args.temperatures.split(",")} | {0.0}):
+        warm = DFlashParams(max_tokens=args.max_tokens, temperature=temperature, eos_token_ids=eos)
+        compare(model, draft, prompts[categories[0]][:1], warm)
 
     def emit(row: dict[str, Any]) -> None:
         line = json.dumps(row)

@@ -8,7 +8,11 @@
 # as the trained one: what it costs does not depend on what it drafts. KERNEL_BLOCKS: the
 # kernel's query vectors a block for the kernel arms (0: the module's default), and
 # VARIANTS the kernel check's candidates; NO_PROBE=1 leaves the probe out, NO_CHECK=1 the kernel check; LOOPS the
-# DFlash loops timed (default async,pipelined).
+# DFlash loops timed (default async,pipelined). OPS_PER_BUFFER (e.g. 25,50): the kernel
+# arm again with MLX_MAX_OPS_PER_BUFFER at each value, for plain and DFlash passes alike
+# (MLX's CUDA backend launches a pass's recorded graph every that many operations, 100 by
+# default on an H100: fewer let the device start a host-bound pass sooner). The lines
+# carry the MLX_* environment they ran with (`mlx_env`).
 #   benchmarks/dflash_verify_gpu.sh MODEL_DIR DRAFT_DIR OUT_DIR
 set -euo pipefail
 model=$1 draft=$2 out=$3
@@ -22,13 +26,18 @@ if [[ -z ${NO_PROBE:-} ]]; then
     python3 -m benchmarks.row_gemv_probe --rows 1,16 --dtypes float32 --kernels --reps 20 \
         --layouts as_loaded,row_gemv,kernel --out "$out/probe.jsonl" > "$out/probe.log" 2>&1 || true
 fi
-for arm in row_gemv ${KERNEL_BLOCKS:-0}; do
+arms=(row_gemv ${KERNEL_BLOCKS:-0})
+for ops in ${OPS_PER_BUFFER//,/ }; do arms+=("0@$ops"); done
+for arm in "${arms[@]}"; do
     flags=(--row-gemv)
+    ops=${arm#*@}
+    [[ $ops == "$arm" ]] && ops=
+    arm=${arm%@*}
     if [[ $arm != row_gemv ]]; then
         flags+=(--attention-kernel --kernel-block "$arm")
-        arm=kernel$arm
+        arm=kernel$arm${ops:+-ops$ops}
     fi
-    python3 -m benchmarks.dflash_trained --model "$model" --draft "$draft" --per-category 3 \
+    ${ops:+env MLX_MAX_OPS_PER_BUFFER=$ops} python3 -m benchmarks.dflash_trained --model "$model" --draft "$draft" --per-category 3 \
         --max-tokens 96 --temperatures 0 --block-sizes 16 --profile-prompts 1 "${flags[@]}" \
         --loops "${LOOPS:-async,pipelined}" \
         --out "$out/cycles.jsonl" > "$out/cycles-$arm.log" 2>&1 || true
@@ -46,6 +55,6 @@ for name in ("attention_chained", "probe", "cycles"):
             d["cycle_per_plain"] = round(d["dflash_ms_per_cycle"] / d["plain_ms_per_token"], 3)
         keep = {k: v for k, v in d.items() if not isinstance(v, (list, dict)) and k not in
                 ("command", "device", "machine", "git", "date", "draft", "model")}
-        keep.update({k: v for k, v in d.items() if k in ("profile_ms_per_cycle",)})
+        keep.update({k: v for k, v in d.items() if k in ("profile_ms_per_cycle", "mlx_env")})
         print(name, json.dumps(keep))
 PY
