@@ -3,7 +3,7 @@
 
     python -m benchmarks.row_gemv_probe [--model DIR] [--rows 1,2,4,8,16,32]
         [--context 300] [--reps 30] [--dtypes float32,bfloat16,q4] [--out FILE]
-        [--layouts as_loaded,linears,row_gemv,kernel] [--kernels]
+        [--layouts as_loaded,linears,row_gemv,kernel,device,compiled] [--kernels]
 
 The default model's shape (or a model folder's, with --model) with random weights, a KV
 cache of --context tokens, then forward passes of R new tokens (a DFlash verify is 16):
@@ -17,10 +17,13 @@ quantized to 4 bits in groups of 32 with float16 activations, as `omlx serve` ke
 default model's Q4_1 blocks on a GPU (no float linear to swap; `row_gemv` is then the
 attention alone); `kernel` (CUDA only), the linears swapped and the attention of 1-16
 queries as omlx's own CUDA kernel (attention_kernel.py: one launch a layer, where row
-attention is several). `--kernels`: the device's kernel time and the CUDA API calls per pass
-(PyTorch's profiler, as decode_step_anatomy.py) beside the wall time: captures
-(cudaStreamBeginCapture) are the cuBLASLt / cuDNN calls the layouts remove. One JSON
-line per dtype, rows and layout.
+attention is several); `device`, `kernel` (row attention off CUDA) over device-length
+caches (omlx/draft/device_cache.py), and `compiled`, that pass as one mx.compile'd graph
+(`build_ms`: the host's time to return a pass's graph, before its evaluation).
+`--kernels`: the device's kernel time and the CUDA API calls per pass (PyTorch's
+profiler, as decode_step_anatomy.py) beside the wall time: captures
+(cudaStreamBeginCapture) are the cuBLASLt / cuDNN calls the layouts remove. One JSON line
+per dtype, rows and layout.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 SMOLLM2 = {
     "model_type": "llama",
@@ -107,24 +112,34 @@ def main() -> None:
                 restore_all_row_attention()
                 use_row_gemv(model, attention=False)
                 use_kernel_attention(model)
+            elif layout in ("device", "compiled"):
+                # `kernel` (row attention off CUDA) over device-length caches, whose
+                # shapes repeat, so the pass can be one mx.compile'd graph
+                restore_all_row_attention()
+                use_row_gemv(model, attention=not mx.cuda.is_available())
+                if mx.cuda.is_available():
+                    from omlx.mlx_lm_compat.attention_kernel import use_kernel_attention
+
+                    use_kernel_attention(model)
             swapped = sum(isinstance(m, RowGemvLinear) for _, m in model.named_modules())
             for rows in rows_list:
                 cache = make_prompt_cache(model)
                 mx.eval(model(prompt, cache=cache))
                 vocab = config["vocab_size"]
                 tokens = mx.random.randint(0, vocab, (1, rows), key=mx.random.key(rows))
-                times = []
+                forward = _pass(model, cache, args.context, layout)
+                times, build = [], []
                 clock = KernelClock(args.kernels)
                 for i in range(args.reps + 3):
-                    for c in cache:  # the same context length every pass
-                        c.offset = args.context
                     if i == 3:
                         clock.start()
                     t0 = time.perf_counter()
-                    logits = model(tokens, cache=cache)
+                    logits = forward(tokens)
+                    t1 = time.perf_counter()
                     mx.eval(logits)
                     if i >= 3:
                         times.append(time.perf_counter() - t0)
+                        build.append(t1 - t0)
                 clock.stop()
                 logits_by_layout[(layout, rows)] = logits
                 diff = None
@@ -140,6 +155,7 @@ def main() -> None:
                     "context": args.context,
                     "ms": round(statistics.median(times) * 1e3, 3),
                     "ms_min": round(min(times) * 1e3, 3),
+                    "build_ms": round(statistics.median(build) * 1e3, 3),
                     "max_logit_diff": diff,
                     **clock.summary(args.reps),
                     "device": str(mx.default_device()),
@@ -151,6 +167,55 @@ def main() -> None:
                     out.write(json.dumps(line) + "\n")
     if out:
         out.close()
+
+
+def _pass(model: Any, cache: list[Any], context: int, layout: str) -> Callable[[Any], Any]:
+    """tokens -> logits, each pass over the same `context` cached tokens. `device` and
+    `compiled` move the cache to device-length buffers (omlx/draft/device_cache.py);
+    `compiled` runs the pass as one mx.compile'd function of the tokens, the length and
+    the buffers (one trace per bucket width: its shapes repeat)."""
+    if layout not in ("device", "compiled"):
+
+        def plain(tokens: Any) -> Any:
+            for c in cache:  # the same context length every pass
+                c.offset = context
+            return model(tokens, cache=cache)
+
+        return plain
+    import mlx.core as mx
+
+    from omlx.draft.device_cache import DeviceOffsetKVCache
+
+    layers, length = DeviceOffsetKVCache.from_caches(cache)
+    start = length.offset
+
+    def traced(tokens: Any, offset: Any, buffers: list[Any]) -> tuple[Any, list[Any]]:
+        length.offset = offset
+        length._index = None
+        for i, c in enumerate(layers):
+            c.keys, c.values = buffers[2 * i], buffers[2 * i + 1]
+        logits = model(tokens, cache=layers)
+        return logits, [a for c in layers for a in (c.keys, c.values)]
+
+    compiled: dict[tuple[int, ...], Any] = {}
+
+    def device_pass(tokens: Any) -> Any:
+        length.offset, length.bound, length._index = start, context, None
+        width = length.width(tokens.shape[1])
+        for c in layers:
+            c._reserve(c.keys, c.values, width)
+        if layout == "device":
+            return model(tokens, cache=layers)
+        key = (width, tokens.shape[1], layers[0].keys.shape[2])
+        fn = compiled.get(key)
+        if fn is None:  # a new function object: mx.compile keys its traces on it
+            fn = compiled[key] = mx.compile(lambda *a: traced(*a))
+        logits, buffers = fn(tokens, start, [a for c in layers for a in (c.keys, c.values)])
+        for i, c in enumerate(layers):
+            c.keys, c.values = buffers[2 * i], buffers[2 * i + 1]
+        return logits
+
+    return device_pass
 
 
 if __name__ == "__main__":
