@@ -7,7 +7,9 @@
 # draft's block). An untrained draft of the trained one's shape times the cycle as well
 # as the trained one: what it costs does not depend on what it drafts. KERNEL_BLOCKS: the
 # kernel's query vectors a block for the kernel arms (0: the module's default), and
-# VARIANTS the kernel check's candidates; NO_PROBE=1 leaves the probe out, NO_CHECK=1 the kernel check; LOOPS the
+# VARIANTS the kernel check's candidates; PROBE_LAYOUTS the probe's layouts (default
+# row_gemv,kernel,device,compiled: the last two over device-length caches, the last one
+# mx.compile'd); NO_PROBE=1 leaves the probe out, NO_CHECK=1 the kernel check; LOOPS the
 # DFlash loops timed (default async,pipelined). OPS_PER_BUFFER (e.g. 25,50): the kernel
 # arm again with MLX_MAX_OPS_PER_BUFFER at each value, for plain and DFlash passes alike
 # (MLX's CUDA backend launches a pass's recorded graph every that many operations, 100 by
@@ -24,7 +26,7 @@ if [[ -z ${NO_CHECK:-} ]]; then
 fi
 if [[ -z ${NO_PROBE:-} ]]; then
     python3 -m benchmarks.row_gemv_probe --rows 1,16 --dtypes float32 --kernels --reps 20 \
-        --layouts as_loaded,row_gemv,kernel --out "$out/probe.jsonl" > "$out/probe.log" 2>&1 || true
+        --layouts "${PROBE_LAYOUTS:-row_gemv,kernel,device,compiled}" --out "$out/probe.jsonl" > "$out/probe.log" 2>&1 || true
 fi
 arms=(row_gemv ${KERNEL_BLOCKS:-0})
 for ops in ${OPS_PER_BUFFER//,/ }; do arms+=("0@$ops"); done
