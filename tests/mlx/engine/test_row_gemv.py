@@ -52,6 +52,19 @@ def test_rows_past_the_limit_take_nn_linear_unchanged() -> None:
     assert mx.array_equal(swapped(x), linear(x)).item()  # the same ops: bit for bit
 
 
+@pytest.mark.parametrize("rows", [1, 6])
+def test_the_kept_weight_views_follow_a_new_weight_and_are_no_parameters(rows) -> None:
+    linear = nn.Linear(32, 24)
+    swapped = RowGemvLinear(linear)
+    x = mx.random.normal((1, rows, 32), key=mx.random.key(rows))
+    mx.eval(swapped(x))  # the views are made and evaluated with the first pass
+    assert sorted(k for k, _ in tree_flatten(swapped.parameters())) == ["bias", "weight"]
+    fresh = nn.Linear(32, 24)
+    swapped.update({"weight": fresh.weight, "bias": fresh.bias})
+    assert mx.allclose(swapped(x), fresh(x), rtol=1e-5, atol=1e-5).item()
+    assert not mx.allclose(swapped(x), linear(x), rtol=1e-3, atol=1e-3).item()
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_a_swapped_model_computes_what_the_stock_one_does(arch: str) -> None:
     stock = build_tiny_in_memory(arch, seed=5)
