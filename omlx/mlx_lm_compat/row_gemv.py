@@ -48,29 +48,34 @@ class RowGemvLinear(nn.Linear):
     def _extra_repr(self) -> str:
         return f"{super()._extra_repr()}, max_rows={self.max_rows}"
 
-    def _weight_views(self) -> tuple[mx.array, mx.array]:
-        """The weight transposed, and that broadcast over vectors: made once per weight
-        array and evaluated with the first pass, so later graphs take them as leaves
-        instead of two view nodes in every call (on a host-bound GPU each node costs
-        host time: a 16-row SmolLM2 pass has 210 linears). A new weight array (loaded,
+    def _weight_views(self) -> tuple[mx.array, dict[int, mx.array]]:
+        """The weight transposed, and that broadcast over each number of vectors: made
+        once per weight array and evaluated with the first pass that uses them, so later
+        graphs take them as leaves instead of three view nodes in every call (transpose,
+        expand, and the matmul's own broadcast; on a host-bound GPU each node costs host
+        time, and a 16-row SmolLM2 pass has 210 linears). A new weight array (loaded,
         updated) makes new views."""
         weight = self["weight"]
         views = self._views
         if views is None or views[0] is not weight:
-            transposed = weight.T
-            views = (weight, transposed, transposed[None])
+            views = (weight, weight.T, {})
             object.__setattr__(self, "_views", views)
         return views[1], views[2]
 
     def __call__(self, x: mx.array) -> mx.array:
         # The one-row decode step passes here hundreds of times a step on a host-bound
         # GPU: nn.Linear's own work, inlined, and nothing else on that path.
-        transposed, broadcast = self._weight_views()
+        transposed, broadcasts = self._weight_views()
         rows = x.size // x.shape[-1]
         if rows <= 1 or rows > self.max_rows:  # 0 rows: an empty input, as nn.Linear
             if "bias" in self:
                 return mx.addmm(self["bias"], x, transposed)
             return x @ transposed
+        broadcast = broadcasts.get(rows)
+        if broadcast is None:  # a view: stride 0 over the vectors, no copy
+            broadcast = broadcasts[rows] = mx.broadcast_to(
+                transposed[None], (rows, *transposed.shape)
+            )
         vectors = mx.swapaxes(x.reshape(rows, -1, 1), 1, 2)  # strides (in, 1, 1)
         y = mx.matmul(vectors, broadcast).reshape(*x.shape[:-1], -1)
         if "bias" in self:
