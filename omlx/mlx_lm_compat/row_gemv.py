@@ -76,11 +76,28 @@ class RowGemvLinear(nn.Linear):
             broadcast = broadcasts[rows] = mx.broadcast_to(
                 transposed[None], (rows, *transposed.shape)
             )
-        vectors = mx.swapaxes(x.reshape(rows, -1, 1), 1, 2)  # strides (in, 1, 1)
-        y = mx.matmul(vectors, broadcast).reshape(*x.shape[:-1], -1)
+        y = mx.matmul(_vectors(x, rows), broadcast).reshape(*x.shape[:-1], -1)
         if "bias" in self:
             y = y + self["bias"]
         return y
+
+
+# The last input viewed as vectors: q/k/v and gate/up projections take the same array,
+# so the later ones reuse its view (two graph nodes fewer each). Held by reference, so
+# the identity test cannot match a new array at a freed one's address.
+_last_vectors: tuple[mx.array, mx.array] | None = None
+
+
+def _vectors(x: mx.array, rows: int) -> mx.array:
+    """`x` as `rows` vectors of strides (in, 1, 1), which MLX does not fold back into
+    one matrix (a cuBLASLt call on CUDA) but runs as one batched gemv."""
+    global _last_vectors
+    last = _last_vectors  # one read: another engine thread may replace it
+    if last is not None and last[0] is x:
+        return last[1]
+    vectors = mx.swapaxes(x.reshape(rows, -1, 1), 1, 2)
+    _last_vectors = (x, vectors)
+    return vectors
 
 
 def use_row_gemv(
