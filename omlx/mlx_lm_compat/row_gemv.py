@@ -64,7 +64,8 @@ class RowGemvLinear(nn.Linear):
 
     def __call__(self, x: mx.array) -> mx.array:
         # The one-row decode step passes here hundreds of times a step on a host-bound
-        # GPU: nn.Linear's own work, inlined, and nothing else on that path.
+        # GPU: nn.Linear's own work, inlined, on the kept transposed view, and nothing
+        # else on that path.
         transposed, broadcasts = self._weight_views()
         rows = x.size // x.shape[-1]
         if rows <= 1 or rows > self.max_rows:  # 0 rows: an empty input, as nn.Linear
