@@ -8,6 +8,7 @@ results must agree with nn.Linear's; which kernel CUDA picks is measured on the 
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import mlx.core as mx
@@ -63,6 +64,32 @@ def test_the_kept_weight_views_follow_a_new_weight_and_are_no_parameters(rows) -
     swapped.update({"weight": fresh.weight, "bias": fresh.bias})
     assert mx.allclose(swapped(x), fresh(x), rtol=1e-5, atol=1e-5).item()
     assert not mx.allclose(swapped(x), linear(x), rtol=1e-3, atol=1e-3).item()
+
+
+def _graph_ops(tmp_path: Path, out: mx.array) -> list[str]:
+    dot = tmp_path / "graph.dot"
+    mx.export_to_dot(str(dot), out)
+    return re.findall(r'label ="([A-Za-z_]+)"', dot.read_text())
+
+
+def test_after_the_first_pass_a_call_builds_no_weight_view_nodes(tmp_path) -> None:
+    """On a host-bound GPU every graph node costs host time: once evaluated, the
+    weight's transposed and broadcast views are leaves, and projections of one input
+    share its vectors view."""
+    q = RowGemvLinear(nn.Linear(32, 24, bias=False))
+    k = RowGemvLinear(nn.Linear(32, 8, bias=False))
+    first = mx.random.normal((1, 6, 32), key=mx.random.key(1))
+    mx.eval(q(first), k(first), q(first[:, :1]))  # the first passes make the views
+    x = mx.random.normal((1, 6, 32), key=mx.random.key(2))
+    one = mx.random.normal((1, 1, 32), key=mx.random.key(3))
+    mx.eval(x, one)  # leaves: the graphs below are the calls' own nodes only
+    ops = _graph_ops(tmp_path, mx.concatenate([q(x), k(x)], axis=-1))
+    assert ops.count("Matmul") == 2
+    assert "Broadcast" not in ops
+    assert ops.count("Transpose") == 1  # the input's vectors view (a swap), shared
+    assert ops.count("Reshape") == 3  # that view's reshape, and each output's
+    ops = _graph_ops(tmp_path, q(one))  # MLX's own flatten around a batched matmul
+    assert ops.count("Matmul") == 1 and "Transpose" not in ops
 
 
 @pytest.mark.parametrize("arch", ARCHS)
