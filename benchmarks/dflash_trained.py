@@ -121,6 +121,12 @@ def main() -> None:
         help="with --attention-kernel: query vectors a block for calls of several queries "
         "(attention_kernel.MULTI_QUERY_BLOCK; 0: the module's default)",
     )
+    ap.add_argument(
+        "--fresh-views",
+        action="store_true",
+        help="with --row-gemv: build the weights' and inputs' views in every call, as "
+        "before the twentieth session (row_gemv.KEEP_VIEWS off), to compare on one machine",
+    )
     ap.add_argument("--out", default=None, help="append JSON lines here")
     args = ap.parse_args()
     from omlx.platform.blas import reexec_with_blas
@@ -142,10 +148,11 @@ def main() -> None:
         fuse_projections(model)
     draft = make_draft(model, args.draft)  # in the target's dtype
     if args.row_gemv:
-        from omlx.mlx_lm_compat.row_gemv import use_row_gemv
+        from omlx.mlx_lm_compat import row_gemv
 
-        use_row_gemv(model)
-        use_row_gemv(draft)
+        row_gemv.KEEP_VIEWS = not args.fresh_views
+        row_gemv.use_row_gemv(model)
+        row_gemv.use_row_gemv(draft)
     if args.attention_kernel:
         from omlx.mlx_lm_compat import attention_kernel
 
@@ -168,6 +175,7 @@ def main() -> None:
         "row_gemv": args.row_gemv,
         "attention_kernel": args.attention_kernel,
         "kernel_block": args.kernel_block or None,
+        "fresh_views": args.fresh_views,
         "draft": str(args.draft),
         "max_tokens": args.max_tokens,
         "device": str(mx.default_device()),

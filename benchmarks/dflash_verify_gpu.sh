@@ -14,7 +14,9 @@
 # arm again with MLX_MAX_OPS_PER_BUFFER at each value, for plain and DFlash passes alike
 # (MLX's CUDA backend launches a pass's recorded graph every that many operations, 100 by
 # default on an H100: fewer let the device start a host-bound pass sooner). The lines
-# carry the MLX_* environment they ran with (`mlx_env`).
+# carry the MLX_* environment they ran with (`mlx_env`). FRESH_VIEWS=1: the kernel arm
+# again with the row-gemv views built in every call (`--fresh-views`, as before the
+# twentieth session), beside the default that keeps them.
 #   benchmarks/dflash_verify_gpu.sh MODEL_DIR DRAFT_DIR OUT_DIR
 set -euo pipefail
 model=$1 draft=$2 out=$3
@@ -30,12 +32,16 @@ if [[ -z ${NO_PROBE:-} ]]; then
 fi
 arms=(row_gemv ${KERNEL_BLOCKS:-0})
 for ops in ${OPS_PER_BUFFER//,/ }; do arms+=("0@$ops"); done
+[[ -n ${FRESH_VIEWS:-} ]] && arms+=(fresh)
 for arm in "${arms[@]}"; do
     flags=(--row-gemv)
     ops=${arm#*@}
     [[ $ops == "$arm" ]] && ops=
     arm=${arm%@*}
-    if [[ $arm != row_gemv ]]; then
+    if [[ $arm == fresh ]]; then
+        flags+=(--attention-kernel --fresh-views)
+        arm=kernel-fresh-views
+    elif [[ $arm != row_gemv ]]; then
         flags+=(--attention-kernel --kernel-block "$arm")
         arm=kernel$arm${ops:+-ops$ops}
     fi

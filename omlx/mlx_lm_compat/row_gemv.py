@@ -30,6 +30,9 @@ DEFAULT_MAX_ROWS = 16
 # Below the L2 cache of an H100 / H200 (50 MB) with room for the activations.
 DEFAULT_MAX_WEIGHT_BYTES = 24 << 20
 HEAD = "lm_head"  # mlx-lm's name for an untied output projection
+# Keep each weight's views and share an input's (below); False builds them in every call,
+# as before, for a same-machine comparison (benchmarks/dflash_trained.py --fresh-views).
+KEEP_VIEWS = True
 _CHOSEN = "_omlx_row_gemv"
 
 
@@ -57,7 +60,7 @@ class RowGemvLinear(nn.Linear):
         updated) makes new views."""
         weight = self["weight"]
         views = self._views
-        if views is None or views[0] is not weight:
+        if views is None or views[0] is not weight or not KEEP_VIEWS:
             views = (weight, weight.T, {})
             object.__setattr__(self, "_views", views)
         return views[1], views[2]
@@ -94,7 +97,7 @@ def _vectors(x: mx.array, rows: int) -> mx.array:
     one matrix (a cuBLASLt call on CUDA) but runs as one batched gemv."""
     global _last_vectors
     last = _last_vectors  # one read: another engine thread may replace it
-    if last is not None and last[0] is x:
+    if last is not None and last[0] is x and KEEP_VIEWS:
         return last[1]
     vectors = mx.swapaxes(x.reshape(rows, -1, 1), 1, 2)
     _last_vectors = (x, vectors)

@@ -22,6 +22,7 @@ from omlx.draft.random_init import draft_config_for, random_draft
 from omlx.draft.serving import DFlashPath
 from omlx.engine.loading import load_text_model
 from omlx.engine.mlx_backend import MLXBackend
+from omlx.mlx_lm_compat import row_gemv
 from omlx.mlx_lm_compat.fused_projections import FusedProjections
 from omlx.mlx_lm_compat.row_gemv import RowGemvLinear, use_row_gemv, uses_row_gemv
 from omlx.platform.weight_layout import InputMajorLinear
@@ -90,6 +91,19 @@ def test_after_the_first_pass_a_call_builds_no_weight_view_nodes(tmp_path) -> No
     assert ops.count("Reshape") == 3  # that view's reshape, and each output's
     ops = _graph_ops(tmp_path, q(one))  # MLX's own flatten around a batched matmul
     assert ops.count("Matmul") == 1 and "Transpose" not in ops
+
+
+def test_fresh_views_build_them_in_every_call_with_the_same_result(tmp_path, monkeypatch):
+    """The benchmarks' comparison arm (--fresh-views): the views of before, per call."""
+    q = RowGemvLinear(nn.Linear(32, 24, bias=False))
+    x = mx.random.normal((1, 6, 32), key=mx.random.key(4))
+    mx.eval(x)
+    kept = q(x)
+    monkeypatch.setattr(row_gemv, "KEEP_VIEWS", False)
+    mx.eval(q(x))
+    ops = _graph_ops(tmp_path, q(x))
+    assert ops.count("Transpose") == 2  # the input's swap and the weight's transpose
+    assert mx.array_equal(q(x), kept).item()
 
 
 @pytest.mark.parametrize("arch", ARCHS)
