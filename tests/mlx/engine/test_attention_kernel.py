@@ -19,7 +19,14 @@ from omlx.mlx_lm_compat.attention_kernel import (
     warm_kernel_attention,
 )
 from omlx.settings import EngineSettings
-from tests.fixtures.cuda_host_sim import Case, build_program, compiler, run_cases
+from tests.fixtures.cuda_host_sim import (
+    Case,
+    build_pair_program,
+    build_program,
+    compiler,
+    run_cases,
+    run_program,
+)
 from tests.mlx.draft.conftest import build_target
 
 cuda = pytest.mark.skipif(not mx.cuda.is_available(), reason="needs a CUDA GPU")
@@ -222,6 +229,39 @@ def test_the_kernel_source_computes_attention_on_host_threads(tmp_path):
     errors = run_cases(program, tmp_path)
     assert len(errors) == len(cases)
     assert max(errors) < 1e-5, errors
+
+
+@pytest.mark.skipif(compiler() is None, reason="needs g++ (C++20) to run the kernel's source")
+def test_a_verify_row_is_bit_for_bit_the_one_query_call_over_its_keys(tmp_path):
+    """Whether a DFlash verify with the kernel can match plain decoding with it exactly:
+    each row of a causal call of 16 queries against a call of that one query over the
+    keys it sees, unmasked (a single sequence's step) and under an all-true mask (a
+    batch row with no padding). A key's tile and warp follow from its index alone, a
+    masked key adds exactly nothing, and the warps merge in a fixed order, so the number
+    of queries a call holds should change no bit; the host run checks the arithmetic's
+    order (the GPU's contraction into fused multiply-adds is not modelled)."""
+    multi = Case(1, 3, 3, 16, 300, 64, "causal", lanes=True)
+    pairs = [
+        (multi, Case(1, 3, 3, 1, 300, 64, "none", lanes=True)),
+        (multi, Case(1, 3, 3, 1, 300, 64, "array", lanes=True)),
+        # a block straddling a tile edge, and a head of 128
+        (
+            Case(1, 1, 4, 16, 40, 128, "causal", lanes=True),
+            Case(1, 1, 4, 1, 40, 128, "none", lanes=True),
+        ),
+    ]
+    program = build_pair_program(
+        attention_kernel._SOURCE,
+        attention_kernel._MASK_LOOKUP,
+        attention_kernel._HEADER,
+        pairs,
+        queries_per_block,
+        attention_kernel.template_queries,
+        attention_kernel.WARPS,
+        lanes_source=attention_kernel._SOURCE_LANES,
+    )
+    lines = run_program(program, tmp_path).split("\n")[: len(pairs)]
+    assert [line.split()[0] for line in lines] == ["0"] * len(pairs), lines
 
 
 def test_auto_is_the_decode_kernel_on_cuda_only():
