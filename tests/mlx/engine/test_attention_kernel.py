@@ -180,6 +180,20 @@ def test_batched_decode_gives_the_same_tokens_with_the_kernel():
         restore_kernel_attention(model)
 
 
+def _kernel_source() -> tuple[str, str, str]:
+    """What the host harness compiles: the kernel's body, mask lookup and header."""
+    return attention_kernel._SOURCE, attention_kernel._MASK_LOOKUP, attention_kernel._HEADER
+
+
+def _kernel_layout() -> tuple:
+    """How the module lays a call out: queries a block, the template's QLEN, warps."""
+    return queries_per_block, attention_kernel.template_queries, attention_kernel.WARPS
+
+
+def _lanes() -> dict[str, str]:
+    return {"lanes_source": attention_kernel._SOURCE_LANES}
+
+
 @pytest.mark.skipif(compiler() is None, reason="needs g++ (C++20) to run the kernel's source")
 def test_the_kernel_source_computes_attention_on_host_threads(tmp_path):
     """The CUDA source itself, run on host threads (tests/fixtures/cuda_host_sim.py):
@@ -216,16 +230,7 @@ def test_the_kernel_source_computes_attention_on_host_threads(tmp_path):
         # the largest head (256: eight elements a lane), now that lanes is the default
         Case(2, 1, 2, 1, 40, 256, "array", lanes=True),
     ]
-    program = build_program(
-        attention_kernel._SOURCE,
-        attention_kernel._MASK_LOOKUP,
-        attention_kernel._HEADER,
-        cases,
-        queries_per_block,
-        attention_kernel.template_queries,
-        attention_kernel.WARPS,
-        lanes_source=attention_kernel._SOURCE_LANES,
-    )
+    program = build_program(*_kernel_source(), cases, *_kernel_layout(), **_lanes())
     errors = run_cases(program, tmp_path)
     assert len(errors) == len(cases)
     assert max(errors) < 1e-5, errors
@@ -252,16 +257,7 @@ def test_a_verify_row_is_bit_for_bit_the_one_query_call_over_its_keys(tmp_path):
             Case(1, 1, 4, 1, 40, 128, "none", lanes=True),
         ),
     ]
-    program = build_pair_program(
-        attention_kernel._SOURCE,
-        attention_kernel._MASK_LOOKUP,
-        attention_kernel._HEADER,
-        pairs,
-        queries_per_block,
-        attention_kernel.template_queries,
-        attention_kernel.WARPS,
-        lanes_source=attention_kernel._SOURCE_LANES,
-    )
+    program = build_pair_program(*_kernel_source(), pairs, *_kernel_layout(), **_lanes())
     lines = run_program(program, tmp_path).split("\n")[: len(pairs)]
     assert [line.split()[0] for line in lines] == ["0"] * len(pairs), lines
 
