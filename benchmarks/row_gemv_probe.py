@@ -190,8 +190,7 @@ def _pass(model: Any, cache: list[Any], context: int, layout: str) -> Callable[[
     start = length.offset
 
     def traced(tokens: Any, offset: Any, buffers: list[Any]) -> tuple[Any, list[Any]]:
-        length.offset = offset
-        length._index = None
+        length.place(offset, context)
         for i, c in enumerate(layers):
             c.keys, c.values = buffers[2 * i], buffers[2 * i + 1]
         logits = model(tokens, cache=layers)
@@ -200,13 +199,12 @@ def _pass(model: Any, cache: list[Any], context: int, layout: str) -> Callable[[
     compiled: dict[tuple[int, ...], Any] = {}
 
     def device_pass(tokens: Any) -> Any:
-        length.offset, length.bound, length._index = start, context, None
-        width = length.width(tokens.shape[1])
-        for c in layers:
-            c._reserve(c.keys, c.values, width)
+        # from_caches left room for the block (buffers of 1,024 positions at least), so
+        # no pass, traced or not, grows them
+        length.place(start, context)
         if layout == "device":
             return model(tokens, cache=layers)
-        key = (width, tokens.shape[1], layers[0].keys.shape[2])
+        key = (length.width(tokens.shape[1]), tokens.shape[1], layers[0].keys.shape[2])
         fn = compiled.get(key)
         if fn is None:  # a new function object: mx.compile keys its traces on it
             fn = compiled[key] = mx.compile(lambda *a: traced(*a))

@@ -51,6 +51,11 @@ class DeviceLength:
         """How many keys attention sees for a block of `n` rows appended now."""
         return _bucket(self.bound + n)
 
+    def place(self, offset: mx.array, bound: int) -> None:
+        """Set the length outright: a device scalar (a compiled pass's input, or a pass
+        repeated over the same context) and the host's bound of it."""
+        self.offset, self.bound, self._index = offset, bound, None
+
     def commit(self, num_valid: mx.array | int, block: int) -> None:
         """After a pass of `block` rows: keep its first `num_valid` (device scalar)."""
         self.offset = self.offset + num_valid

@@ -119,3 +119,16 @@ def test_the_cache_masks_what_it_has_not_committed():
             assert mx.array_equal(dev.keys[..., :n, :], host.keys[..., :n, :]).item()
         length.settle(n)
         assert length.bound == n
+
+
+def test_placing_the_length_moves_where_the_next_block_is_written():
+    """`place` sets the length outright (a pass repeated over one context, a compiled
+    pass's input): the next write lands there, not at the index built before it."""
+    dev, length = DeviceOffsetKVCache.from_caches([KVCache()])
+    dev[0].update_and_fetch(mx.ones((1, 1, 3, 2)), mx.ones((1, 1, 3, 2)))
+    length.commit(3, 3)
+    dev[0].update_and_fetch(mx.full((1, 1, 1, 2), 5.0), mx.full((1, 1, 1, 2), 5.0))  # at 3
+    length.place(mx.array(1, dtype=mx.int32), 1)
+    dev[0].update_and_fetch(mx.full((1, 1, 1, 2), 7.0), mx.full((1, 1, 1, 2), 7.0))
+    assert dev[0].keys[0, 0, :4, 0].tolist() == [1.0, 7.0, 1.0, 5.0]
+    assert length.bound == 1 and dev[0].make_mask(1).shape[1] == length.width(1)
