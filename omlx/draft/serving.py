@@ -28,6 +28,10 @@ from omlx.platform.device import on_gpu
 
 log = logging.getLogger(__name__)
 
+# The warm-up's prompt length, and its sampled pass's temperature (any above greedy's).
+WARM_PROMPT_TOKENS = 8
+WARM_TEMPERATURE = 0.7
+
 # SamplingParams fields at these values mean "plain temperature sampling".
 _NEUTRAL_SAMPLING = {
     "top_p": 1.0,
@@ -55,11 +59,13 @@ class DFlashPath:
         max_context_tokens: int = 8192,
         draft_by_argmax: bool = False,
         num_recent_stats: int = 64,
+        warm_up: bool | None = None,
     ) -> None:
         self.draft_path = draft_path if str(draft_path) == "random" else Path(draft_path)
         self.draft_block_size = draft_block_size
         self.max_context_tokens = max_context_tokens
         self.draft_by_argmax = draft_by_argmax
+        self.warm_up = warm_up  # None: on a GPU only (see prepare)
         self.recent_stats: deque[DFlashStats] = deque(maxlen=num_recent_stats)
         self._draft: DFlashDraftModel | None = None
         self._generator: DFlashGenerator | None = None
@@ -83,6 +89,29 @@ class DFlashPath:
         if getattr(sampling, "logit_bias", None):
             return False
         return all(getattr(sampling, k, v) == v for k, v in _NEUTRAL_SAMPLING.items())
+
+    def prepare(self, model: Any) -> int:
+        """Load the draft at the model's load, not at the first DFlash request, and (on a
+        GPU, or with `warm_up`) run a short greedy and a short sampled generation through
+        it: a process compiles what a cycle runs the first time it runs it (omlx's own
+        CUDA kernels are not kept on disk by MLX 0.32: ~1.4 s each on an H100), which
+        otherwise stalls the first requests served. Returns the tokens it generated."""
+        generator = self._generator_for(model)
+        if not (on_gpu() if self.warm_up is None else self.warm_up):
+            return 0
+        vocab = generator.target.vocab_size
+        prompt = [i % vocab for i in range(1, WARM_PROMPT_TOKENS + 1)]
+        # Two whole blocks and a short tail: the pipelined cycles and the last, shorter one.
+        max_tokens = 2 * generator.drafter.draft_block_size + 2
+        generated = 0
+        for temperature in (0.0, WARM_TEMPERATURE):
+            params = DFlashParams(
+                max_tokens=max_tokens,
+                temperature=temperature,
+                draft_by_argmax=self.draft_by_argmax,
+            )
+            generated += sum(len(tokens) for tokens in generator.commits(prompt, params))
+        return generated
 
     def open(
         self,

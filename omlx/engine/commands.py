@@ -84,3 +84,7 @@ class AltPath(Protocol):
         """Yields the tokens each cycle commits; the engine checks EOS/stop/max_tokens.
         A constrained request brings its grammar (a RowMatcher); every token must fit it."""
         ...
+
+    # Optional: `prepare(model)`, called once on the engine thread after the model loads
+    # and before any request, to load and warm what `open` would otherwise do on the
+    # first request (the engine logs and ignores its failure; `open` then tries again).

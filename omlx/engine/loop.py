@@ -166,6 +166,16 @@ class EngineLoop:
             }
         )
 
+    def _prepare_alt_path(self) -> None:
+        prepare = getattr(self.alt_path, "prepare", None)
+        if prepare is None:
+            return
+        try:
+            prepare(self._lm.model)
+        except Exception:  # the model still serves; the path's first request retries
+            log.warning("preparing the %s path of model %s failed", self.alt_path.name,
+                        self.name, exc_info=True)  # fmt: skip
+
     def _fail_all(self, error: Exception) -> None:
         while self._waiting:
             sub = self._waiting.popleft()
@@ -189,6 +199,7 @@ class EngineLoop:
         share = 1.0 if share >= 1.0 else share * PLANNED_SHARE_FRACTION  # 1 = prefill first
         self._pacer = PrefillPacer(share, self.settings.prefill_step_tokens)
         self._gen = self.backend.new_generator(self._lm)
+        self._prepare_alt_path()
         if self.prefix_factory is not None:
             self._prefix = self.prefix_factory(self._lm.model, self.path)
         self.metrics.memory["model_bytes"] = self._lm.weight_bytes

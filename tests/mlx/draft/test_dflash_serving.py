@@ -37,9 +37,12 @@ def _run(model_dir, alt_paths, *requests):
     return asyncio.run(main())
 
 
-def test_dflash_served_request_equals_batched(model_and_draft):
+@pytest.mark.parametrize("warm_up", [None, True], ids=["as-on-this-device", "warmed-at-load"])
+def test_dflash_served_request_equals_batched(model_and_draft, warm_up):
+    """Also after the load's warm-up generations (a GPU's default), which leave no stats
+    and no state behind."""
     model_dir, draft_dir = model_and_draft
-    path = DFlashPath(draft_dir)
+    path = DFlashPath(draft_dir, warm_up=warm_up)
     [plain] = _run(model_dir, None, request("tell me a story", max_tokens=24))
     [fast] = _run(model_dir, {"tiny": path}, request("tell me a story", max_tokens=24))
     assert fast.done.served_by == "dflash"
@@ -49,6 +52,19 @@ def test_dflash_served_request_equals_batched(model_and_draft):
     assert fast.done.finish_reason == plain.done.finish_reason
     [stats] = path.recent_stats
     assert stats.num_cycles >= 1 and stats.acceptance_length >= 1.0
+
+
+def test_prepare_loads_the_draft_and_runs_a_greedy_and_a_sampled_warm_up(model_and_draft):
+    model_dir, draft_dir = model_and_draft
+    target, _ = load(str(model_dir))
+    cold = DFlashPath(draft_dir, warm_up=False)
+    assert cold.prepare(target) == 0
+    assert cold._draft is not None  # loaded at the model's load all the same
+    warm = DFlashPath(draft_dir, warm_up=True)
+    block = warm._generator_for(target).drafter.draft_block_size
+    # Two passes of two whole blocks and a tail, each to its max_tokens (no EOS check).
+    assert warm.prepare(target) == 2 * (2 * block + 2)
+    assert not warm.recent_stats and not warm._is_active
 
 
 def test_unsupported_sampling_and_long_prompts_use_the_batch(model_and_draft):
