@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,6 +106,18 @@ def _requests_since(live: Live, offset: int) -> list[tuple[str, int]]:
     return [(m[1], int(m[2])) for m in re.finditer(r"POST (/\S+) model=\S+ status=(\d+)", text)]
 
 
+def _served_since(live: Live, offset: int, endpoint: str, wait_s: float = 15.0) -> list[int]:
+    """The statuses of `endpoint`'s requests logged since `offset`. The access line is
+    written once the response has gone out, so a tool that exits on the stream's last
+    event can be done before it lands (seen under CI's load): wait for one a while."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        served = [status for path, status in _requests_since(live, offset) if path == endpoint]
+        if served or time.monotonic() > deadline:
+            return served
+        time.sleep(0.2)
+
+
 # tool -> (the endpoint it uses, its non-interactive arguments, a config of the user's own)
 CASES = {
     "claude": (
@@ -179,7 +192,7 @@ def test_launch_runs_the_real_tool_against_omlx(live: Live, tmp_path: Path, tool
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-4000:]
     assert run.stdout.strip(), output[-4000:]  # the model's answer
-    served = [status for path, status in _requests_since(live, offset) if path == endpoint]
+    served = _served_since(live, offset, endpoint)
     assert served, f"no {endpoint} request in the server log:\n{output[-2000:]}"
     assert set(served) == {200}, served
     undo = _launch(live, home, tool, "--undo")
