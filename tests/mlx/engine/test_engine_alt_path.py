@@ -30,7 +30,7 @@ class ScriptedPath:
 
     def open(self, model, prompt_ids, sampling, max_tokens, grammar=None):
         self.opened += 1
-        self.prepared_before_open = self.prepared
+        self.prepared_before_open = list(self.prepared)  # a copy: what open saw
         script = itertools.cycle([1000, 2000, 3000, 4000])
 
         def cycles():
