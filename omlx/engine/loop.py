@@ -43,6 +43,7 @@ from omlx.engine.outbox import Outbox
 from omlx.engine.prefix import NoPrefixHooks, PrefixHooks
 from omlx.engine.scheduling import PrefillPacer, UidMap
 from omlx.engine.step_trace import StepTrace
+from omlx.engine.store_queue import StoreQueue
 from omlx.engine.text.detokenize import TextStream
 from omlx.engine.text.thinking import make_think_budget
 from omlx.errors import OmlxError, Overloaded
@@ -52,10 +53,6 @@ from omlx.settings import EngineSettings
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.5  # how often an idle engine wakes to refresh memory stats
-# Finished sequences held back while others decode (cache.store_while_busy off); past
-# this many, or this much KV (held in device memory meanwhile), the oldest are dropped.
-MAX_DEFERRED_STORES = 16
-MAX_DEFERRED_STORE_BYTES = 1 << 30
 MEMORY_EVERY_S = 1.0
 # The pacer plans for this fraction of engine.prefill_share, a margin under the promise
 # (streams keep at least 1 - prefill_share of their speed): step times are noisy on shared
@@ -86,8 +83,7 @@ class EngineLoop:
     _live: dict[RequestId, Live] = field(default_factory=dict)
     _uids: UidMap = field(default_factory=UidMap)
     _outbox: Outbox = field(default_factory=Outbox)
-    _finished: list[Finished] = field(default_factory=list)
-    stores_dropped: int = 0  # finished sequences never stored (deferred past the cap)
+    _stores: StoreQueue = field(default_factory=StoreQueue)
     _pacer: PrefillPacer | None = None
     _deadline: float | None = None  # set by Shutdown: cancel what still runs after it
     _memory_at: float = 0.0
@@ -220,8 +216,7 @@ class EngineLoop:
         return not self._live
 
     def _teardown(self) -> None:
-        while self._finished:  # deferred stores: kept for the next start (cold tier)
-            self._store(self._finished.pop())
+        self._stores.drain(self._prefix)  # deferred stores: kept for the next start
         if self._trace is not None:
             self._trace.close()
         if self._gen is not None:
@@ -236,7 +231,7 @@ class EngineLoop:
 
     def _drain_commands(self) -> None:
         idle = not self._live and not self._waiting and self._deadline is None
-        idle = idle and not self._finished  # deferred stores run one per tick meanwhile
+        idle = idle and not self._stores.pending  # deferred stores run one per tick meanwhile
         try:
             cmd = self.commands.get(timeout=IDLE_WAIT_S) if idle else self.commands.get_nowait()
         except queue.Empty:
@@ -288,7 +283,7 @@ class EngineLoop:
             got = self._gen.remove([uid], return_prompt_caches=True)
             cache, tokens = (got or {}).get(uid) or (None, None)
             if cache is not None and tokens:
-                self._finished.append(Finished(live, FinishReason.CANCELLED, list(tokens), cache))
+                self._stores.add(Finished(live, FinishReason.CANCELLED, list(tokens), cache))
         close = getattr(live.alt, "close", None)
         if close is not None:  # a generator: let it release what it holds
             close()
@@ -532,8 +527,7 @@ class EngineLoop:
                 live.text.matched_stop,
             ),
         )
-        if fin.cache is not None and fin.tokens:
-            self._finished.append(fin)
+        self._stores.add(fin)
 
     def _fail(self, live: Live, error: Exception) -> None:
         self._live.pop(live.request_id, None)
@@ -557,34 +551,13 @@ class EngineLoop:
     # -- phase 5: store ----------------------------------------------------------------
 
     def _store_finished(self, *, idle_store: bool = True) -> None:
-        if not self._prefix.defer_stores:
-            while self._finished:
-                self._store(self._finished.pop())
-            return
-        # Deferred (cache.store_while_busy off): a store's copy out of device memory would
-        # stall every decoding stream, so it waits for an idle engine. A cancelled
-        # request's KV is stored at once: its retry usually arrives with the cancel.
-        for fin in [f for f in self._finished if f.reason == FinishReason.CANCELLED]:
-            self._finished.remove(fin)
-            self._store(fin)
-        if self._live or self._waiting:
-            held = sum(_cache_bytes(f.cache) for f in self._finished)
-            while self._finished and (
-                len(self._finished) > MAX_DEFERRED_STORES or held > MAX_DEFERRED_STORE_BYTES
-            ):
-                dropped = self._finished.pop(0)  # oldest first
-                held -= _cache_bytes(dropped.cache)
-                self.stores_dropped += 1
-                log.debug("prefix cache: %s not stored (engine busy)", dropped.live.request_id)
-            return
-        if idle_store and self._finished:  # one per tick: an arrival waits for one at most
-            self._store(self._finished.pop())
+        busy = bool(self._live or self._waiting)
+        self._stores.flush(self._prefix, busy=busy, idle_store=idle_store)
 
-    def _store(self, fin: Finished) -> None:
-        try:
-            self._prefix.store(fin.tokens or [], fin.cache or [])
-        except Exception:
-            log.exception("prefix cache store failed for %s", fin.live.request_id)
+    @property
+    def stores_dropped(self) -> int:
+        """Finished sequences never stored (deferred past the cap)."""
+        return self._stores.dropped
 
     def _refresh_memory(self) -> None:
         now = time.monotonic()
@@ -597,17 +570,6 @@ class EngineLoop:
     def _tune_blas(self) -> None:
         if self._blas is not None:
             self._blas.tick(self.name, busy=bool(self._live))
-
-
-def _cache_bytes(cache: list[Any] | None) -> int:
-    """Bytes a finished sequence's per-layer caches hold (0 where a cache cannot say)."""
-    total = 0
-    for c in cache or ():
-        try:
-            total += int(c.nbytes)
-        except (AttributeError, NotImplementedError, TypeError):
-            continue
-    return total
 
 
 __all__ = ["EngineLoop"]

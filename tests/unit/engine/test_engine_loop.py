@@ -407,9 +407,9 @@ def test_deferred_stores_wait_for_an_idle_engine_newest_first() -> None:
 
 
 def test_deferred_stores_past_the_cap_drop_the_oldest(monkeypatch) -> None:
-    import omlx.engine.loop as loop_module
+    import omlx.engine.store_queue as store_queue
 
-    monkeypatch.setattr(loop_module, "MAX_DEFERRED_STORES", 2)
+    monkeypatch.setattr(store_queue, "MAX_DEFERRED_STORES", 2)
     with deferring(a=2, b=3, c=4, d=9) as h:
         h.tick(6)  # a, b, c finished while d decodes: a (the oldest) is dropped
         assert h.loop.stores_dropped == 1 and _stored(h) == []
@@ -425,14 +425,14 @@ class SizedCache:
 
 
 def test_deferred_stores_past_the_byte_cap_drop_the_oldest(monkeypatch) -> None:
-    import omlx.engine.loop as loop_module
+    import omlx.engine.store_queue as store_queue
 
-    monkeypatch.setattr(loop_module, "MAX_DEFERRED_STORE_BYTES", 250)
+    monkeypatch.setattr(store_queue, "MAX_DEFERRED_STORE_BYTES", 250)
     with deferring(a=2, b=3, c=4, d=9) as h:
         h.tick()  # prefill
         for _ in range(5):
             h.tick()  # a, b, c finish in turn while d decodes
-            for fin in h.loop._finished:
+            for fin in h.loop._stores.pending:
                 fin.cache = [SizedCache(60), SizedCache(40)]  # 100 bytes each
         assert h.loop.stores_dropped == 1  # 300 > 250: the oldest (a) went
         h.tick(8)  # d finishes; then d, c, b are stored, newest first
