@@ -19,7 +19,7 @@ import mlx.nn as nn
 from omlx.draft.tape import GatedDeltaTape, TapeGatedDeltaNet, can_tape
 from omlx.errors import DraftMismatch
 from omlx.mlx_lm_compat import ArraysCache, KVCache, make_prompt_cache
-from omlx.mlx_lm_compat.attention_kernel import kernel_takes_verifies, takes_causal
+from omlx.mlx_lm_compat.attention_kernel import kernel_takes_verifies, takes_causal, verifying
 from omlx.mlx_lm_compat.decoder import decoder_stack
 
 # Inputs up to this long (verify blocks) see keys padded to a multiple of this width.
@@ -201,7 +201,9 @@ class TargetAdapter:
         """
         sink: dict[int, mx.array] = {}
         tapes: list[GatedDeltaTape] = []
-        with self._hooks(sink, tapes if record_tape else None):
+        # verifying(): where the engine patched only batched decode steps for omlx's
+        # attention kernel, this pass's few-query attention takes it too.
+        with self._hooks(sink, tapes if record_tape else None), verifying():
             if with_logits:
                 logits = self.model(ids, cache=cache)
             else:

@@ -155,7 +155,7 @@ class DFlashPath:
                 self._draft = make_draft(model, str(self.draft_path))
                 if uses_row_gemv(model):  # engine.row_gemv chose it for the target
                     use_row_gemv(self._draft)
-                if kernel_takes_verifies(model):  # engine.decode_attention = "kernel"
+                if kernel_takes_verifies(model):  # the kernel takes its verifies (CUDA)
                     use_kernel_attention(self._draft)
                 log.info("loaded DFlash draft %s", self.draft_path)
             block = self.draft_block_size or serving_block_size(

@@ -21,14 +21,19 @@ views and the transposed queries cost no copy, and the output is written in the
 
 Same math as MLX's fallback (scale, mask, float32 softmax), not the same rounding order.
 On CUDA `engine.decode_attention = "auto"` (the default) installs it for batched
-one-query steps, and "kernel" for every call `takes_kernel` accepts (a DFlash verify
-too); `benchmarks/attention_kernel_check.py` checks it against MLX's attention on the
-GPU and times both, and a test runs its source on host threads.
+one-query steps and for the DFlash passes made inside `verifying()` (a served draft's
+verifies: not the batch generator's short prefill chunks of the same architecture), and
+"kernel" for every call `takes_kernel` accepts; `benchmarks/attention_kernel_check.py`
+checks it against MLX's attention on the GPU and times both, and a test runs its source
+on host threads.
 """
 
 from __future__ import annotations
 
 import struct
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import mlx.core as mx
@@ -38,6 +43,7 @@ from omlx.mlx_lm_compat.cuda_header import CONVERSIONS
 
 _PATCHED = "_omlx_kernel_attention"
 _EVERY_CALL = "_omlx_kernel_every_call"  # set on a model whose 1-16-query calls it takes
+_IN_SCOPE = "_omlx_kernel_in_scope"  # set on a model whose verifies (verifying()) it takes
 # A module with attention of its own (the DFlash draft's) declares this attribute, False;
 # use_kernel_attention sets it True and the module then calls kernel_attention itself.
 KERNEL_ATTENTION_FLAG = "attends_by_kernel"
@@ -477,6 +483,29 @@ def takes_batched_decode(queries: Any, keys: Any, values: Any, mask: Any) -> boo
     )
 
 
+_scope = threading.local()  # per engine thread: another model's steps stay outside
+
+
+@contextmanager
+def verifying() -> Iterator[None]:
+    """Graph building inside this block (a DFlash target pass) hands every call of 1-16
+    queries to the kernel, where `use_kernel_attention(batched_decode_only=True)` took
+    only batched decode steps. Attention runs when the model is called, not when MLX
+    evaluates, so the block goes around the call."""
+    _scope.depth = getattr(_scope, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _scope.depth -= 1
+
+
+def takes_decode_or_verify(queries: Any, keys: Any, values: Any, mask: Any) -> bool:
+    """`takes_batched_decode`, and inside `verifying()` every call `takes_kernel` takes."""
+    if getattr(_scope, "depth", 0):
+        return takes_kernel(queries, keys, values, mask)
+    return takes_batched_decode(queries, keys, values, mask)
+
+
 # (dtype, heads, kv heads, QLEN, head dim, masked, causal, scale) -> the call's template
 # and queries per block; the rows and the number of queries only change the grid.
 _variants: dict[tuple, tuple[list, int]] = {}
@@ -535,21 +564,23 @@ def kernel_attention(
 
 def use_kernel_attention(model: Any, batched_decode_only: bool = False) -> int:
     """Route `model`'s attention of 1-16 queries (or, `batched_decode_only`, of one
-    query a row under a padding mask) through `kernel_attention` (CUDA only: the caller
-    checks). Patches the modules its layers come from; idempotent. Returns how many
-    modules were patched now. Modules with attention of their own (a DFlash draft's
-    block attention) take the kernel too, unless `batched_decode_only`."""
-    takes = takes_batched_decode if batched_decode_only else takes_kernel
+    query a row under a padding mask, and of 1-16 inside `verifying()`) through
+    `kernel_attention` (CUDA only: the caller checks). Patches the modules its layers
+    come from; idempotent. Returns how many modules were patched now. Modules with
+    attention of their own (a DFlash draft's block attention) take the kernel too,
+    unless `batched_decode_only`."""
+    takes = takes_decode_or_verify if batched_decode_only else takes_kernel
     if not batched_decode_only:
         _set_own_flag(model, True)
-        object.__setattr__(model, _EVERY_CALL, True)
+    object.__setattr__(model, _IN_SCOPE if batched_decode_only else _EVERY_CALL, True)
     return patch_attention(model, takes, kernel_attention, _PATCHED)
 
 
 def kernel_takes_verifies(model: Any) -> bool:
-    """Whether `use_kernel_attention` routed `model`'s every call of 1-16 queries (a
-    DFlash verify) through the kernel, not only its batched decode steps."""
-    return getattr(model, _EVERY_CALL, False)
+    """Whether `use_kernel_attention` routed `model`'s DFlash verifies (calls of 1-16
+    queries, inside `verifying()` where only batched decode is patched) through the
+    kernel."""
+    return getattr(model, _EVERY_CALL, False) or getattr(model, _IN_SCOPE, False)
 
 
 def _set_own_flag(model: Any, value: bool) -> None:
@@ -577,8 +608,9 @@ def warm_kernel_attention(model: Any) -> bool:
 
 def restore_kernel_attention(model: Any) -> None:
     _set_own_flag(model, False)
-    if _EVERY_CALL in model.__dict__:
-        object.__delattr__(model, _EVERY_CALL)
+    for mark in (_EVERY_CALL, _IN_SCOPE):
+        if mark in model.__dict__:
+            object.__delattr__(model, mark)
     restore_attention(model, _PATCHED)
 
 
@@ -590,7 +622,9 @@ __all__ = [
     "restore_kernel_attention",
     "takes_batched_decode",
     "takes_causal",
+    "takes_decode_or_verify",
     "takes_kernel",
     "use_kernel_attention",
+    "verifying",
     "warm_kernel_attention",
 ]

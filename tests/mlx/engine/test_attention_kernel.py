@@ -14,8 +14,10 @@ from omlx.mlx_lm_compat.attention_kernel import (
     queries_per_block,
     restore_kernel_attention,
     takes_batched_decode,
+    takes_decode_or_verify,
     takes_kernel,
     use_kernel_attention,
+    verifying,
     warm_kernel_attention,
 )
 from omlx.settings import EngineSettings
@@ -443,3 +445,66 @@ def test_a_target_whose_verifies_take_the_kernel_keeps_unbucketed_keys(monkeypat
         assert all(type(c) is VerifyKVCache for c in adapter.make_cache())
     finally:
         restore_kernel_attention(target)
+
+
+def test_the_batched_decode_mode_takes_verifies_inside_verifying_only():
+    """`auto` on CUDA patches batched decode only; inside `verifying()` (a DFlash target
+    pass, on this thread) every call the kernel takes goes to it too."""
+    import threading
+
+    q16, k16, v16 = _qkv(b=1, heads=9, kv=3, n=16, s=40)
+    q1, k1, v1 = _qkv()
+    left = (mx.arange(20)[None] >= mx.array([0, 2, 5])[:, None])[:, None, None, :]
+    assert not takes_decode_or_verify(q16, k16, v16, "causal")  # a prefill chunk
+    assert takes_decode_or_verify(q1, k1, v1, left)
+    seen_elsewhere = []
+    with verifying():
+        assert takes_decode_or_verify(q16, k16, v16, "causal")
+        assert takes_decode_or_verify(q1, k1, v1, left)
+        assert not takes_decode_or_verify(q1, k1, v1, None)  # MLX's own fused kernel
+        other = threading.Thread(
+            target=lambda: seen_elsewhere.append(takes_decode_or_verify(q16, k16, v16, "causal"))
+        )
+        other.start()
+        other.join()
+    assert seen_elsewhere == [False]  # another engine thread's steps stay outside
+    with pytest.raises(RuntimeError), verifying():
+        raise RuntimeError
+    assert not takes_decode_or_verify(q16, k16, v16, "causal")  # left on an error too
+
+
+def test_the_batched_decode_mode_takes_a_served_drafts_verifies(monkeypatch):
+    """With only batched decode patched (`auto` on CUDA), a DFlash target's passes take
+    the kernel (so do the draft's, and the cache is the unbucketed one) while the same
+    model called outside DFlash with 16 tokens does not; the tokens stay plain
+    decoding's. Restoring takes all of it back."""
+    from omlx.draft.baseline import plain_generate
+    from omlx.draft.capture import TargetAdapter
+    from omlx.draft.loop import DFlashGenerator, DFlashParams
+    from omlx.draft.random_init import draft_config_for, random_draft
+    from omlx.mlx_lm_compat import KVCache
+    from omlx.mlx_lm_compat.attention_kernel import kernel_takes_verifies
+
+    seen = []
+    monkeypatch.setattr(attention_kernel, "_kernel", _standin_kernel(seen))
+    monkeypatch.setattr(attention_kernel, "_variants", {})
+    target = build_target("qwen3", head_dim=64)
+    draft = random_draft(draft_config_for(target), seed=1)
+    prompt, params = [3, 17, 42, 99, 5, 128, 7, 64], DFlashParams(max_tokens=40)
+    want = plain_generate(target, prompt, params).tokens
+    assert not kernel_takes_verifies(target)
+    use_kernel_attention(target, batched_decode_only=True)
+    try:
+        assert kernel_takes_verifies(target)
+        mx.eval(target(mx.arange(16)[None], cache=[KVCache() for _ in target.layers]))
+        assert seen == []  # a 16-token pass outside DFlash: MLX's attention
+        adapter = TargetAdapter(target, draft.config.target_layer_ids)
+        assert all(type(c) is KVCache for c in adapter.make_cache())
+        use_kernel_attention(draft)  # what DFlashPath does for a target that takes them
+        assert DFlashGenerator.from_models(target, draft).generate(prompt, params).run() == want
+        # The target's verifies: "causal" (the draft's block attention never is).
+        assert any(t["CAUSAL"] and t["QLEN"] == 0 for t, _ in seen)
+    finally:
+        restore_kernel_attention(target)
+        restore_kernel_attention(draft)
+    assert not kernel_takes_verifies(target)
