@@ -148,8 +148,9 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
             "key once per GQA group, also for 2-16 queries such as a DFlash verify and its "
             "draft's block, whose rows then match the kernel's one-query steps bit for bit "
             "but not MLX's attention for a lone unmasked query); auto = that kernel "
-            "for the batched decode steps on an NVIDIA GPU (2.2x MLX's attention, +20-40% "
-            "HTTP throughput at 128-256 streams on an H100), mlx elsewhere; see "
+            "for the batched decode steps and a served DFlash draft's verifies on an "
+            "NVIDIA GPU (2.2x MLX's attention, +20-40% HTTP throughput at 128-256 streams "
+            "on an H100), mlx elsewhere; see "
             "omlx/mlx_lm_compat/attention_kernel.py"
         ),
     ] = "auto"
