@@ -104,9 +104,11 @@ def test_unset_block_size_is_the_drafts_own_on_a_gpu_and_at_most_4_on_a_cpu(mode
     assert pinned._generator_for(target).drafter.draft_block_size == 8
 
 
-def test_the_draft_follows_a_target_whose_verifies_take_the_kernel(model_and_draft):
-    """engine.decode_attention = "kernel" routes the target's verifies through omlx's
-    CUDA kernel; the served draft's block attention then takes it too."""
+@pytest.mark.parametrize("decode_only", [False, True], ids=["kernel", "auto"])
+def test_the_draft_follows_a_target_whose_verifies_take_the_kernel(model_and_draft, decode_only):
+    """engine.decode_attention = "kernel" (and "auto" on CUDA, for DFlash's own passes)
+    routes the target's verifies through omlx's CUDA kernel; the served draft's block
+    attention then takes it too."""
     from omlx.mlx_lm_compat.attention_kernel import (
         restore_kernel_attention,
         use_kernel_attention,
@@ -116,7 +118,7 @@ def test_the_draft_follows_a_target_whose_verifies_take_the_kernel(model_and_dra
     target, _ = load(str(model_dir))
     plain = DFlashPath(draft_dir)._generator_for(target)
     assert not any(layer.self_attn.attends_by_kernel for layer in plain.drafter.model.layers)
-    use_kernel_attention(target)
+    use_kernel_attention(target, batched_decode_only=decode_only)
     try:
         draft = DFlashPath(draft_dir)._generator_for(target).drafter.model
         assert all(layer.self_attn.attends_by_kernel for layer in draft.layers)
