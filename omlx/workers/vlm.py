@@ -140,6 +140,33 @@ def render_prompt(vm: VlmModel, request: GenerationRequest, preset: OcrPreset | 
     return target.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
+def text_token_limit(processor: Any) -> int | None:
+    """How many ids the tokenizer has text for (mlx-vlm's detokenizer maps exactly
+    these); None where it cannot say."""
+    tokenizer = getattr(processor, "tokenizer", processor)
+    vocab = getattr(tokenizer, "vocab", None)
+    return len(vocab) if vocab else None
+
+
+def only_tokens_below(limit: int) -> Callable[[Any, Any], Any]:
+    """A logits processor that never lets an id >= limit be sampled: a vocabulary padded
+    past the tokenizer (Qwen2-VL's is) has ids without text, on which mlx-vlm's
+    detokenizer fails mid-stream."""
+    import mlx.core as mx
+
+    keep: dict[int, Any] = {}  # vocabulary size -> mask, built once
+
+    def process(tokens: Any, logits: Any) -> Any:
+        n = logits.shape[-1]
+        if n <= limit:
+            return logits
+        if n not in keep:
+            keep[n] = mx.arange(n) < limit
+        return mx.where(keep[n], logits, mx.array(-mx.inf, dtype=logits.dtype))
+
+    return process
+
+
 def generate_vlm(
     vm: VlmModel,
     request: GenerationRequest,
@@ -160,6 +187,9 @@ def generate_vlm(
         "temperature": 0.0 if sampling.is_greedy else sampling.temperature,
         "top_p": sampling.top_p,
     }
+    limit = text_token_limit(vm.processor)
+    if limit is not None:
+        kwargs["logits_processors"] = [only_tokens_below(limit)]
     pil_images = [im.to_pil() for im in images] or None
     rid = request.request_id
     text, num_tokens, prompt_tokens, started = "", 0, 0, False
