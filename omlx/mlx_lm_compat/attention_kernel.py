@@ -499,9 +499,14 @@ def verifying() -> Iterator[None]:
         _scope.depth -= 1
 
 
+def inside_verifying() -> bool:
+    """Whether this thread is building a graph inside `verifying()`."""
+    return getattr(_scope, "depth", 0) > 0
+
+
 def takes_decode_or_verify(queries: Any, keys: Any, values: Any, mask: Any) -> bool:
     """`takes_batched_decode`, and inside `verifying()` every call `takes_kernel` takes."""
-    if getattr(_scope, "depth", 0):
+    if inside_verifying():
         return takes_kernel(queries, keys, values, mask)
     return takes_batched_decode(queries, keys, values, mask)
 
@@ -616,6 +621,7 @@ def restore_kernel_attention(model: Any) -> None:
 
 __all__ = [
     "KERNEL_ATTENTION_FLAG",
+    "inside_verifying",
     "kernel_attention",
     "kernel_takes_verifies",
     "queries_per_block",

@@ -72,6 +72,8 @@ class VlmModel:
     eos_texts: tuple[str, ...] = field(default_factory=tuple)
     # generation_config.json's sampling keys, for requests that set none
     sampling_defaults: dict[str, float | int] = field(default_factory=dict)
+    # ids the tokenizer has text for (text_token_limit); None: every id the model has
+    text_tokens: int | None = None
 
 
 def load_vlm(name: str, path: Path, *, is_ocr: bool = False, cpu_float32: str = "off") -> VlmModel:
@@ -89,7 +91,7 @@ def load_vlm(name: str, path: Path, *, is_ocr: bool = False, cpu_float32: str = 
     model_type = str(config.get("model_type", ""))
     return VlmModel(
         name, model, processor, model_type, is_ocr, weight_bytes,
-        sampling_defaults=sampling_defaults(path),
+        sampling_defaults=sampling_defaults(path), text_tokens=text_token_limit(processor),
     )  # fmt: skip
 
 
@@ -187,9 +189,8 @@ def generate_vlm(
         "temperature": 0.0 if sampling.is_greedy else sampling.temperature,
         "top_p": sampling.top_p,
     }
-    limit = text_token_limit(vm.processor)
-    if limit is not None:
-        kwargs["logits_processors"] = [only_tokens_below(limit)]
+    if vm.text_tokens is not None:
+        kwargs["logits_processors"] = [only_tokens_below(vm.text_tokens)]
     pil_images = [im.to_pil() for im in images] or None
     rid = request.request_id
     text, num_tokens, prompt_tokens, started = "", 0, 0, False

@@ -21,6 +21,7 @@ def vlm(tmp_path_factory):
 
 def test_the_fixture_pads_its_vocabulary_past_the_tokenizer(vlm):
     limit = text_token_limit(vlm.processor)
+    assert vlm.text_tokens == limit  # read once, at load
     assert limit is not None and limit < vlm.model.config.text_config.vocab_size
 
 
