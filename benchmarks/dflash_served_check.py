@@ -37,10 +37,11 @@ def _held_out(n: int) -> list[str]:
 async def _serve(model: Path, prompts: list[str], max_tokens: int, path) -> list[list[int]]:
     from omlx.engine.api import ChatMessage, Failed, GenerationRequest, SamplingParams, Token
     from omlx.pool.pool import LocalModelPool
-    from omlx.settings import Settings
+    from omlx.settings import load_settings
 
     alt = {PROMPT_MODEL: path} if path is not None else None
-    pool = LocalModelPool(Settings(), models={PROMPT_MODEL: model}, alt_paths=alt)
+    settings = load_settings().settings  # the config file and OMLX_* as `omlx serve` reads
+    pool = LocalModelPool(settings, models={PROMPT_MODEL: model}, alt_paths=alt)
     out = []
     try:
         for i, text in enumerate(prompts):
@@ -75,7 +76,7 @@ def main() -> None:
     from omlx.draft.serving import DFlashPath
     from omlx.mlx_lm_compat import attention_kernel
     from omlx.platform.device import on_cuda
-    from omlx.settings import Settings
+    from omlx.settings import load_settings
 
     kernel_calls = 0
     original = attention_kernel.kernel_attention
@@ -101,7 +102,7 @@ def main() -> None:
         "bench": "dflash_served_check",
         "model": str(args.model),
         "draft": str(args.draft),
-        "decode_attention": Settings().engine.attention_mode(cuda=on_cuda()),
+        "decode_attention": load_settings().settings.engine.attention_mode(cuda=on_cuda()),
         "served_by_dflash": len(stats),
         "identical": [a == b for a, b in zip(plain, fast, strict=True)],
         "tau": round(sum(accepted) / len(accepted), 3) if accepted else None,
