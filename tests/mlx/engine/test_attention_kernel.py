@@ -383,6 +383,18 @@ def _standin_kernel(seen: list):
     return factory
 
 
+def _standin_dflash(monkeypatch) -> tuple[list, object, object]:
+    """The calls `seen` by a stand-in kernel (`_standin_kernel`), a target whose head size
+    the kernel takes, and a random draft for it."""
+    from omlx.draft.random_init import draft_config_for, random_draft
+
+    seen = []
+    monkeypatch.setattr(attention_kernel, "_kernel", _standin_kernel(seen))
+    monkeypatch.setattr(attention_kernel, "_variants", {})
+    target = build_target("qwen3", head_dim=64)
+    return seen, target, random_draft(draft_config_for(target), seed=1)
+
+
 def test_a_draft_takes_the_kernel_for_its_block_attention(monkeypatch):
     """use_kernel_attention on a DFlash draft: its block attention (no mask while it
     drafts from committed context, a `keep` array while it drafts from a verify not yet
@@ -390,13 +402,8 @@ def test_a_draft_takes_the_kernel_for_its_block_attention(monkeypatch):
     stand-in computes the kernel's output with MLX's attention); restoring takes it back."""
     from omlx.draft.baseline import plain_generate
     from omlx.draft.loop import DFlashGenerator, DFlashParams
-    from omlx.draft.random_init import draft_config_for, random_draft
 
-    seen = []
-    monkeypatch.setattr(attention_kernel, "_kernel", _standin_kernel(seen))
-    monkeypatch.setattr(attention_kernel, "_variants", {})
-    target = build_target("qwen3", head_dim=64)
-    draft = random_draft(draft_config_for(target), seed=1)
+    seen, target, draft = _standin_dflash(monkeypatch)
     use_kernel_attention(draft)
     assert all(layer.self_attn.attends_by_kernel for layer in draft.layers)
     prompt, params = [3, 17, 42, 99, 5, 128, 7, 64], DFlashParams(max_tokens=40)
@@ -421,14 +428,9 @@ def test_a_target_whose_verifies_take_the_kernel_keeps_unbucketed_keys(monkeypat
     from omlx.draft.baseline import plain_generate
     from omlx.draft.capture import TargetAdapter, VerifyKVCache
     from omlx.draft.loop import DFlashGenerator, DFlashParams
-    from omlx.draft.random_init import draft_config_for, random_draft
     from omlx.mlx_lm_compat import KVCache
 
-    seen = []
-    monkeypatch.setattr(attention_kernel, "_kernel", _standin_kernel(seen))
-    monkeypatch.setattr(attention_kernel, "_variants", {})
-    target = build_target("qwen3", head_dim=64)
-    draft = random_draft(draft_config_for(target), seed=1)
+    seen, target, draft = _standin_dflash(monkeypatch)
     prompt, params = [3, 17, 42, 99, 5, 128, 7, 64], DFlashParams(max_tokens=40)
     want = plain_generate(target, prompt, params).tokens
     use_kernel_attention(target)
@@ -481,15 +483,10 @@ def test_the_batched_decode_mode_takes_a_served_drafts_verifies(monkeypatch):
     from omlx.draft.baseline import plain_generate
     from omlx.draft.capture import TargetAdapter
     from omlx.draft.loop import DFlashGenerator, DFlashParams
-    from omlx.draft.random_init import draft_config_for, random_draft
     from omlx.mlx_lm_compat import KVCache
     from omlx.mlx_lm_compat.attention_kernel import kernel_takes_verifies
 
-    seen = []
-    monkeypatch.setattr(attention_kernel, "_kernel", _standin_kernel(seen))
-    monkeypatch.setattr(attention_kernel, "_variants", {})
-    target = build_target("qwen3", head_dim=64)
-    draft = random_draft(draft_config_for(target), seed=1)
+    seen, target, draft = _standin_dflash(monkeypatch)
     prompt, params = [3, 17, 42, 99, 5, 128, 7, 64], DFlashParams(max_tokens=40)
     want = plain_generate(target, prompt, params).tokens
     assert not kernel_takes_verifies(target)
