@@ -8,7 +8,7 @@ import pytest
 from mlx.utils import tree_map
 
 from omlx.engine.mlx_backend import MLXBackend
-from omlx.mlx_lm_compat import attention_kernel
+from omlx.mlx_lm_compat import attention_kernel, attention_kernel_source
 from omlx.mlx_lm_compat.attention_kernel import (
     kernel_attention,
     queries_per_block,
@@ -20,6 +20,7 @@ from omlx.mlx_lm_compat.attention_kernel import (
     verifying,
     warm_kernel_attention,
 )
+from omlx.mlx_lm_compat.cuda_header import CONVERSIONS
 from omlx.settings import EngineSettings
 from tests.fixtures.cuda_host_sim import (
     Case,
@@ -184,7 +185,11 @@ def test_batched_decode_gives_the_same_tokens_with_the_kernel():
 
 def _kernel_source() -> tuple[str, str, str]:
     """What the host harness compiles: the kernel's body, mask lookup and header."""
-    return attention_kernel._SOURCE, attention_kernel._MASK_LOOKUP, attention_kernel._HEADER
+    return (
+        attention_kernel_source.SOURCE_KEY_A_WARP,
+        attention_kernel_source.MASK_LOOKUP,
+        CONVERSIONS,
+    )
 
 
 def _kernel_layout() -> tuple:
@@ -193,7 +198,7 @@ def _kernel_layout() -> tuple:
 
 
 def _lanes() -> dict[str, str]:
-    return {"lanes_source": attention_kernel._SOURCE_LANES}
+    return {"lanes_source": attention_kernel_source.SOURCE_KEY_A_LANE}
 
 
 @pytest.mark.skipif(compiler() is None, reason="needs g++ (C++20) to run the kernel's source")
