@@ -4,8 +4,9 @@ Two loops share a prologue (a block's queries, its keys' and values' rows) and t
 of the warps' partial softmaxes: a key a warp (SOURCE_KEY_A_WARP, the first kernel) and
 a key a lane (SOURCE_KEY_A_LANE, the default). MASK_LOOKUP replaces the word MASK_LOOKUP
 in either when the call has a mask array. The compile-time switches (PAIRS, PREFETCH,
-KEY_BATCH, QPB, ...) are template arguments set by attention_kernel._variant. Plain
-strings: a test runs them on host threads without MLX.
+KEY_BATCH, QPB, ...) are template arguments set by attention_kernel._variant. A test
+compiles the same strings with g++ and runs them on host threads
+(tests/mlx/engine/test_attention_kernel.py).
 """
 
 from __future__ import annotations
