@@ -246,7 +246,7 @@ def _attend(attn: DraftAttention, x: mx.array, ctx: mx.array, anchors: mx.array)
     total = ctx_w.sum(-1, keepdims=True) + block_w.sum(-1, keepdims=True)
     out = ctx_w.astype(x.dtype).reshape(n, hkv, k * g * b, length) @ ctx_v
     out = out.reshape(n, hkv, k, g * b, d) + block_w.astype(x.dtype) @ block_v
-    out = (out / total.astype(x.dtype)).reshape(n, hkv, k, g, b, d)
+    out = (out / total).astype(x.dtype).reshape(n, hkv, k, g, b, d)  # normalised in float32
     out = out.transpose(0, 2, 4, 1, 3, 5).reshape(nk, b, -1)  # [N*K, B, h*d]
     return attn.o_proj(out)
 
