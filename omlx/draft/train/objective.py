@@ -217,8 +217,8 @@ def _attend(attn: DraftAttention, x: mx.array, ctx: mx.array, anchors: mx.array)
     one matmul a sequence and KV head ([N, hkv, K*g*B, L]); broadcasting the context over
     the blocks instead made MLX copy it K times, and its gradient summed K copies back
     (the attention's forward and backward took 2x as long on an H100, a training step
-    1.6x: benchmarks/results/draft_train_step.jsonl). The softmax runs
-    over the context and the block's own keys without joining the two score arrays."""
+    1.6x: benchmarks/results/draft_train_step.jsonl). The softmax runs over the context
+    and the block's own keys without joining the two score arrays."""
     n, k = anchors.shape
     nk, b, _ = x.shape
     length = ctx.shape[1]
