@@ -25,7 +25,7 @@ one-query steps and for the DFlash passes made inside `verifying()` (a served dr
 verifies: not the batch generator's short prefill chunks of the same architecture), and
 "kernel" for every call `takes_kernel` accepts; `benchmarks/attention_kernel_check.py`
 checks it against MLX's attention on the GPU and times both, and a test runs its source
-on host threads.
+on the host.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ of the warps' partial softmaxes: a key a warp (SOURCE_KEY_A_WARP, the first kern
 a key a lane (SOURCE_KEY_A_LANE, the default). MASK_LOOKUP replaces the word MASK_LOOKUP
 in either when the call has a mask array. The compile-time switches (PAIRS, PREFETCH,
 KEY_BATCH, QPB, ...) are template arguments set by attention_kernel._variant. A test
-compiles the same strings with g++ and runs them on host threads
+compiles the same strings with g++ and runs them on the host
 (tests/mlx/engine/test_attention_kernel.py).
 """
 

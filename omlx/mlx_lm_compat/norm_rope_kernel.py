@@ -17,7 +17,7 @@ normalised value rounded to the dtype) followed by its rope (float32 angles, bas
 positions from the cache's offset: one per row for a batch cache), not the same rounding
 order in every step. `engine.fused_norm_rope` installs it (MLXBackend);
 `benchmarks/norm_rope_check.py` compares it with MLX's on a GPU, and a test runs the
-source on host threads. On an H100 (seventeenth session, serving_scale_h200.md) it took
+source on the host. On an H100 (seventeenth session, serving_scale_h200.md) it took
 36 layers' norms and rotations from 0.84 to 0.64 ms of GPU time and 0.70 to 0.48 ms of
 host time, and over HTTP gained nothing measurable, so it stays off.
 """

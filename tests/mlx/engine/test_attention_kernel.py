@@ -3,6 +3,8 @@ the same attention as MLX's and the same tokens."""
 
 from __future__ import annotations
 
+import subprocess
+
 import mlx.core as mx
 import pytest
 from mlx.utils import tree_map
@@ -203,11 +205,11 @@ def _lanes() -> dict[str, str]:
 
 @pytest.mark.skipif(compiler() is None, reason="needs g++ (C++20) to run the kernel's source")
 def test_the_kernel_source_computes_attention_on_host_threads(tmp_path):
-    """The CUDA source itself, run on host threads (tests/fixtures/cuda_host_sim.py):
-    masked decode with GQA, a causal 16-query verify, a full draft block, head sizes 64 /
-    96 / 128, strided queries and keys that start inside their buffers."""
+    """The CUDA source itself, run on the host, a fiber per CUDA thread
+    (tests/fixtures/cuda_host_sim.py): masked decode with GQA, a causal 16-query verify,
+    a full draft block, head sizes 64 / 96 / 128, strided queries and keys that start
+    inside their buffers."""
     cases = [
-        # few blocks: each runs 256 host threads
         Case(rows=3, kv_heads=1, group=4, queries=1, keys=45, head_dim=128, mask="array"),
         Case(rows=1, kv_heads=2, group=3, queries=16, keys=40, head_dim=64, mask="causal"),
         Case(rows=1, kv_heads=1, group=3, queries=16, keys=37, head_dim=64, mask="none"),
@@ -252,8 +254,7 @@ def test_a_verify_row_is_bit_for_bit_the_one_query_call_over_its_keys(tmp_path):
     masked key adds exactly nothing, and the warps merge in a fixed order, so the number
     of queries a call holds should change no bit; the host run checks the arithmetic's
     order (the GPU's contraction into fused multiply-adds is not modelled)."""
-    # 70 keys: three tiles of 32 on three warps, the last one partial; few blocks, as
-    # each runs 256 host threads
+    # 70 keys: three tiles of 32 on three warps, the last one partial
     multi = Case(1, 1, 3, 16, 70, 64, "causal", lanes=True)
     pairs = [
         (multi, Case(1, 1, 3, 1, 70, 64, "none", lanes=True)),
@@ -267,6 +268,46 @@ def test_a_verify_row_is_bit_for_bit_the_one_query_call_over_its_keys(tmp_path):
     program = build_pair_program(*_kernel_source(), pairs, *_kernel_layout(), **_lanes())
     lines = run_program(program, tmp_path).split("\n")[: len(pairs)]
     assert [line.split()[0] for line in lines] == ["0"] * len(pairs), lines
+
+
+@pytest.mark.skipif(compiler() is None, reason="needs g++ (C++20) to run the kernel's source")
+def test_the_host_run_is_a_cuda_block_and_says_so_when_lanes_diverge(tmp_path):
+    """The harness the two tests above stand on: a warp's shuffles reduce across its
+    own 32 lanes, `__syncthreads` holds the whole block, and a shuffle that only some
+    lanes reach (undefined on a GPU) stops the run with an error instead of a result."""
+    from tests.fixtures.cuda_host_sim import PRELUDE
+
+    program = (
+        PRELUDE
+        + r"""
+float out[64], seen[64];
+float shared_sum;
+void reduce() {
+  float v = threadIdx.x;
+  for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffff, v, off);
+  if (threadIdx.x == 0) shared_sum = v;
+  __syncthreads();
+  out[threadIdx.x] = v;
+  seen[threadIdx.x] = shared_sum;
+}
+void diverged() {
+  float v = threadIdx.x;
+  if ((threadIdx.x & 31) < 16) v += __shfl_xor_sync(0xffffffff, v, 1);
+  out[threadIdx.x] = v;
+}
+int main(int argc, char**) {
+  run_block(0, 0, 0, 2, [] { reduce(); });
+  printf("%g %g %g %g\n", out[0], out[31], out[40], seen[63]);
+  if (argc > 1) run_block(0, 0, 0, 2, [] { diverged(); });
+  return 0;
+}
+"""
+    )
+    assert run_program(program, tmp_path).split() == ["496", "496", "1520", "496"]
+    exe = tmp_path / "kernel_sim"
+    result = subprocess.run([str(exe), "diverge"], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "deadlock: 32 threads wait at barriers" in result.stderr
 
 
 def test_auto_is_the_decode_kernel_on_cuda_only():
