@@ -30,6 +30,7 @@ from omlx.mlx_lm_compat.attention_kernel import (
     warm_kernel_attention,
 )
 from omlx.mlx_lm_compat.batch_join import FusedJoinBatchGenerator
+from omlx.mlx_lm_compat.cpu_prefill_attention import use_cpu_prefill_attention
 from omlx.mlx_lm_compat.decode_attention import use_folded_decode_attention
 from omlx.mlx_lm_compat.norm_rope_kernel import restore_norm_rope, use_norm_rope
 from omlx.platform.device import on_cuda, on_gpu
@@ -58,6 +59,8 @@ class MLXBackend:
     def new_generator(self, loaded: LoadedModel) -> FusedJoinBatchGenerator:
         if self.settings.fused_norm_rope == "on" and on_cuda():
             self._install_norm_rope(loaded.model)
+        if self.settings.cpu_prefill_attention == "auto" and not on_gpu():
+            use_cpu_prefill_attention(loaded.model)
         attention = self.settings.attention_mode(cuda=on_cuda())
         if attention == "folded":
             use_folded_decode_attention(loaded.model)

@@ -106,7 +106,8 @@ def test_the_engine_setting_installs_it_on_cuda_only():
     original = module.scaled_dot_product_attention
     loaded = LoadedModel(model, None, None, frozenset(), 0)  # type: ignore[arg-type]
     try:
-        MLXBackend(EngineSettings(decode_attention="kernel")).new_generator(loaded).close()
+        settings = EngineSettings(decode_attention="kernel", cpu_prefill_attention="off")
+        MLXBackend(settings).new_generator(loaded).close()
         patched = module.scaled_dot_product_attention is not original
         assert patched == mx.cuda.is_available()
     finally:
@@ -131,7 +132,7 @@ def test_a_kernel_that_fails_at_load_leaves_the_model_on_mlx_attention(monkeypat
     module = sys.modules[type(model.model.layers[0].self_attn).__module__]
     original = module.scaled_dot_product_attention
     loaded = LoadedModel(model, None, None, frozenset(), 0)  # type: ignore[arg-type]
-    backend = MLXBackend(EngineSettings(decode_attention="kernel"))
+    backend = MLXBackend(EngineSettings(decode_attention="kernel", cpu_prefill_attention="off"))
     backend.new_generator(loaded).close()
     assert module.scaled_dot_product_attention is original
     backend.new_generator(loaded).close()  # a generator made anew after a failed step

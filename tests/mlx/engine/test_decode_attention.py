@@ -89,9 +89,11 @@ def test_the_engine_setting_installs_it():
     original = module.scaled_dot_product_attention
     loaded = LoadedModel(model, None, None, frozenset(), 0)  # type: ignore[arg-type]
     try:
-        MLXBackend(EngineSettings()).new_generator(loaded).close()
+        # the CPU's prefill attention (its own test) off: this is about decode's
+        MLXBackend(EngineSettings(cpu_prefill_attention="off")).new_generator(loaded).close()
         assert module.scaled_dot_product_attention is original
-        MLXBackend(EngineSettings(decode_attention="folded")).new_generator(loaded).close()
+        folded = EngineSettings(decode_attention="folded", cpu_prefill_attention="off")
+        MLXBackend(folded).new_generator(loaded).close()
         assert module.scaled_dot_product_attention is not original
     finally:
         restore_decode_attention(model)
