@@ -50,7 +50,9 @@ def import_variant(dtype: str, home: Path) -> Path:
     return import_gguf(gguf, home / f"smollm2-{dtype}", dtype=dtype)
 
 
-async def measure(base: str, model: str, args) -> dict:
+async def measure(base: str, model: str, args, salt: int = 1) -> dict:
+    """One stream: a short warm-up request, then `args.requests` distinct prompts of
+    `args.prompt_words`, `args.max_tokens` each (cpu_prefill.py times the same way)."""
     await run_level(base, model, concurrency=1, num_requests=1, prompt_words=4,
                     max_tokens=2, salt=97)  # fmt: skip
     r = await run_level(
@@ -60,7 +62,7 @@ async def measure(base: str, model: str, args) -> dict:
         num_requests=args.requests,
         prompt_words=args.prompt_words,
         max_tokens=args.max_tokens,
-        salt=1,
+        salt=salt,
     )
     return r.to_dict()
 

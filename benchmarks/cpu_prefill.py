@@ -22,9 +22,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from cpu_float32 import measure
 from serving_bench import blas_env
 
-from omlx.loadgen.scenarios import run_level
 from omlx.loadgen.server_process import (
     free_port,
     mlx_lm_command,
@@ -35,21 +35,6 @@ from omlx.loadgen.server_process import (
 
 RESULTS = Path(__file__).parent / "results"
 ARMS = ("omlx", "omlx_off", "mlx_lm")
-
-
-async def measure(base: str, model: str, args) -> dict:
-    await run_level(base, model, concurrency=1, num_requests=1, prompt_words=4,
-                    max_tokens=2, salt=97)  # fmt: skip
-    r = await run_level(
-        base,
-        model,
-        concurrency=1,
-        num_requests=args.requests,
-        prompt_words=args.prompt_words,
-        max_tokens=args.max_tokens,
-        salt=3,
-    )
-    return r.to_dict()
 
 
 def main() -> None:
@@ -82,7 +67,7 @@ def main() -> None:
         print(f"{arm}: {' '.join(cmd)}", flush=True)
         log = RESULTS / f"{args.out}-{arm}.log"
         with server_process(cmd, port, env=arm_env, log_path=log, ready_timeout_s=300) as base:
-            result = asyncio.run(measure(base, model, args))
+            result = asyncio.run(measure(base, model, args, salt=3))
         row = {"arm": arm, **result, **run_facts(), "command": command}
         rows.append(row)
         with out.open("a") as f:
