@@ -67,6 +67,29 @@ async def measure(base: str, model: str, args, salt: int = 1) -> dict:
     return r.to_dict()
 
 
+def measure_arm(
+    arm: str, folder: Path, env: dict, home: Path, off: dict, log: Path, args,
+    salt: int = 1, label: str = "",
+) -> dict:  # fmt: skip
+    """One arm served from `folder` and timed by `measure`, then stopped: "mlx_lm" is
+    mlx_lm.server, "omlx" omlx's defaults, "omlx_off" omlx with the environment `off`
+    (the setting under test turned off). cpu_prefill.py runs its arms through it too."""
+    port = free_port()
+    if arm == "mlx_lm":
+        cmd, model, arm_env = mlx_lm_command(folder, port), "default_model", env
+    else:
+        cmd, model = omlx_command(folder, port), folder.name
+        arm_env = {**env, "OMLX_HOME": str(home / "omlx"),
+                   "OMLX_CACHE__COLD_DIR": tempfile.mkdtemp()}  # fmt: skip
+        if arm == "omlx_off":
+            arm_env.update(off)
+    print(f"{label}{arm}: {' '.join(cmd)}", flush=True)
+    with server_process(cmd, port, env=arm_env, log_path=log, ready_timeout_s=300) as base:
+        result = asyncio.run(measure(base, model, args, salt))
+    log.unlink(missing_ok=True)
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variants", default="bfloat16,keep")
@@ -84,25 +107,14 @@ def main() -> None:
     for variant in args.variants.split(","):
         folder = import_variant(variant, home)
         for arm in ARMS:
-            port = free_port()
-            if arm == "mlx_lm":
-                cmd, model, arm_env = mlx_lm_command(folder, port), "default_model", env
-            else:
-                cmd, model = omlx_command(folder, port), folder.name
-                arm_env = {**env, "OMLX_HOME": str(home / "omlx"),
-                           "OMLX_CACHE__COLD_DIR": tempfile.mkdtemp()}  # fmt: skip
-                if arm == "omlx_off":
-                    arm_env["OMLX_ENGINE__CPU_FLOAT32"] = "off"
-            print(f"{variant} {arm}: {' '.join(cmd)}", flush=True)
             log = RESULTS / f"{args.out}-{variant}-{arm}.log"
-            with server_process(cmd, port, env=arm_env, log_path=log) as base:
-                result = asyncio.run(measure(base, model, args))
+            off = {"OMLX_ENGINE__CPU_FLOAT32": "off"}
+            result = measure_arm(arm, folder, env, home, off, log, args, label=f"{variant} ")
             row = {"variant": variant, "arm": arm, **result, **run_facts(), "command": command}
             rows.append(row)
             with out.open("a") as f:
                 f.write(json.dumps(row) + "\n")
             print(f"  itl p50 {result['itl_p50_ms']} ms, {result['aggregate_tps']:.2f} tok/s")
-            log.unlink(missing_ok=True)
     print(markdown(rows, command))
 
 

@@ -15,23 +15,16 @@ ratios to mlx_lm.server.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
 import tempfile
 from pathlib import Path
 
-from cpu_float32 import measure
+from cpu_float32 import measure_arm
 from serving_bench import blas_env
 
-from omlx.loadgen.server_process import (
-    free_port,
-    mlx_lm_command,
-    omlx_command,
-    run_facts,
-    server_process,
-)
+from omlx.loadgen.server_process import run_facts
 
 RESULTS = Path(__file__).parent / "results"
 ARMS = ("omlx", "omlx_off", "mlx_lm")
@@ -55,25 +48,14 @@ def main() -> None:
     command = "python benchmarks/cpu_prefill.py " + " ".join(sys.argv[1:])
     rows = []
     for arm in args.arms.split(","):
-        port = free_port()
-        if arm == "mlx_lm":
-            cmd, model, arm_env = mlx_lm_command(folder, port), "default_model", env
-        else:
-            cmd, model = omlx_command(folder, port), folder.name
-            arm_env = {**env, "OMLX_HOME": str(home / "omlx"),
-                       "OMLX_CACHE__COLD_DIR": tempfile.mkdtemp()}  # fmt: skip
-            if arm == "omlx_off":
-                arm_env["OMLX_ENGINE__CPU_PREFILL_ATTENTION"] = "off"
-        print(f"{arm}: {' '.join(cmd)}", flush=True)
         log = RESULTS / f"{args.out}-{arm}.log"
-        with server_process(cmd, port, env=arm_env, log_path=log, ready_timeout_s=300) as base:
-            result = asyncio.run(measure(base, model, args, salt=3))
+        off = {"OMLX_ENGINE__CPU_PREFILL_ATTENTION": "off"}
+        result = measure_arm(arm, folder, env, home, off, log, args, salt=3)
         row = {"arm": arm, **result, **run_facts(), "command": command}
         rows.append(row)
         with out.open("a") as f:
             f.write(json.dumps(row) + "\n")
-        print(f"  ttft p50 {result['ttft_p50_s']} s, prompt tokens {result.get('prompt_tokens')}")
-        log.unlink(missing_ok=True)
+        print(f"  ttft p50 {result['ttft_p50_s']} s")
     print(markdown(rows, command))
 
 

@@ -57,13 +57,11 @@ def _bias(mask: Any, batch: int, kv_heads: int, group: int, n: int, s: int) -> m
         bias = keep.astype(mx.float32)
     while bias.ndim < 4:
         bias = bias[None]
-    heads = bias.shape[1]
-    bias = mx.broadcast_to(bias, (bias.shape[0], heads, n, s))
-    if heads == 1:
-        return bias.reshape(bias.shape[0], 1, 1, n, s)
-    return mx.broadcast_to(bias, (batch, kv_heads * group, n, s)).reshape(
-        batch, kv_heads, group, n, s
-    )
+    if bias.shape[1] == 1:  # one mask for every head
+        rows = bias.shape[0]
+        return mx.broadcast_to(bias, (rows, 1, n, s)).reshape(rows, 1, 1, n, s)
+    heads = (batch, kv_heads * group, n, s)
+    return mx.broadcast_to(bias, heads).reshape(batch, kv_heads, group, n, s)
 
 
 def _block(q: mx.array, k: mx.array, v: mx.array, scale: float, bias: mx.array | None):
