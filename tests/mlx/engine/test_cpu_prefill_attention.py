@@ -97,6 +97,9 @@ def test_a_model_prefills_to_the_same_logits_through_it(monkeypatch):
     calls: list[int] = []
     real = cpa.cpu_prefill_attention
     monkeypatch.setattr(cpa, "cpu_prefill_attention", lambda *a: calls.append(1) or real(*a))
+    # An engine built earlier in this process may have patched llama's module already
+    # (the patch is per module and lasts the process): start from MLX's attention.
+    restore_cpu_prefill_attention(model)
     try:
         assert use_cpu_prefill_attention(model) == 1
         assert use_cpu_prefill_attention(model) == 0  # idempotent
@@ -111,6 +114,7 @@ def test_a_model_prefills_to_the_same_logits_through_it(monkeypatch):
 def test_the_engine_installs_it_on_a_cpu_only():
     model = build_target("qwen3")
     module = sys.modules[type(model.model.layers[0].self_attn).__module__]
+    restore_cpu_prefill_attention(model)  # as above: an earlier engine may have patched it
     original = module.scaled_dot_product_attention
     loaded = LoadedModel(model, None, None, frozenset(), 0)  # type: ignore[arg-type]
     try:
