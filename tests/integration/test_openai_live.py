@@ -157,7 +157,6 @@ def test_disconnected_client_frees_its_slot(tiny_llama_dir: Path) -> None:
 
 
 @pytest.mark.realmodel
-@pytest.mark.slow
 def test_smollm2_knows_the_capital_of_france(request: pytest.FixtureRequest) -> None:
     try:
         smollm2_dir = request.getfixturevalue("smollm2_dir")

@@ -60,8 +60,16 @@ def _exact_joint(model) -> tuple[dict, dict]:
 
 # Blocks of 4 over 3 tokens: one sequential cycle. Blocks of 2 over 3 tokens: the
 # pipelined loop (its second draft is built before the first verify is read).
-@pytest.mark.parametrize("block_size", [4, 2], ids=["sequential", "pipelined"])
-@pytest.mark.parametrize("draft_by_argmax", [False, True])
+# Each case takes 25-45 s on 2 cores: one stays in the quick tier, the others are slow.
+@pytest.mark.parametrize(
+    ("draft_by_argmax", "block_size"),
+    [
+        pytest.param(False, 4, id="False-sequential"),
+        pytest.param(False, 2, id="False-pipelined", marks=pytest.mark.slow),
+        pytest.param(True, 4, id="True-sequential", marks=pytest.mark.slow),
+        pytest.param(True, 2, id="True-pipelined", marks=pytest.mark.slow),
+    ],
+)
 def test_emitted_distribution_matches_target(draft_by_argmax, block_size):
     model = build_target("qwen3", seed=3, vocab_size=TOY_VOCAB, num_hidden_layers=2)
     draft = random_draft(draft_config_for(model, block_size=block_size), seed=4)

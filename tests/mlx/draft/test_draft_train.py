@@ -81,8 +81,14 @@ def _mean_tau(target, draft, prompts) -> tuple[float, bool]:
 # vocab_loss: the softmax over the draft vocabulary (the replies use few of the 256 ids).
 # soft: greedy labels with the target's top tokens as the loss's target (its hard
 # labels under a draft vocabulary are test_draft_train_objective's).
+# ~24 s each on 2 cores: greedy labels stay in the quick tier, the other two are slow.
 @pytest.mark.parametrize(
-    ("labels", "vocab_loss"), [("reply", False), ("greedy", False), ("soft", True)]
+    ("labels", "vocab_loss"),
+    [
+        pytest.param("reply", False, marks=pytest.mark.slow),
+        ("greedy", False),
+        pytest.param("soft", True, marks=pytest.mark.slow),
+    ],
 )
 def test_training_lowers_loss_and_raises_tau(distilled, tmp_path, labels, vocab_loss):
     target, prompts, samples = distilled
