@@ -194,7 +194,9 @@ class EngineSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
             "On a CPU, the softmax of prefill chunks (64 queries or more) in numpy, whose "
             "exponential is vectorised where MLX's is not on x86: a 2,646-token prompt's "
             "first token 1.52x sooner on 2 cores (SmolLM2); auto = on a CPU; decode steps "
-            "keep MLX's attention; see omlx/mlx_lm_compat/cpu_prefill_attention.py"
+            "keep MLX's attention. Embedding and reranking encoders (omlx's BERT) take it "
+            "too, with GELU's erf as a rational function; see "
+            "omlx/mlx_lm_compat/cpu_prefill_attention.py and omlx/workers/bert_cpu.py"
         ),
     ] = "auto"
     cpu_float32: Annotated[

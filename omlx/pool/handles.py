@@ -22,12 +22,20 @@ VISION_TYPES = frozenset({"vlm", "ocr"})
 TEXT_TYPES = frozenset({"llm"})
 
 
-def make_worker(name: str, path: Path, model_type: str, cpu_float32: str = "off") -> ModelWorker:
-    """`cpu_float32`: engine.cpu_float32, which every loader applies to its model."""
+# Model types whose loaders take `cpu_attention` (omlx's BERT: omlx/workers/bert_cpu.py).
+CPU_ATTENTION_TYPES = frozenset({"embedding", "reranker"})
+
+
+def make_worker(
+    name: str, path: Path, model_type: str, cpu_float32: str = "off", cpu_attention: str = "auto"
+) -> ModelWorker:
+    """`cpu_float32`: engine.cpu_float32, which every loader applies to its model;
+    `cpu_attention`: engine.cpu_prefill_attention, for the types that take it."""
     target = WORKER_LOADERS[model_type]
-    return ModelWorker(
-        name, path, model_type, lambda n, p: resolve(target)(n, p, cpu_float32=cpu_float32)
-    )
+    kwargs: dict[str, str] = {"cpu_float32": cpu_float32}
+    if model_type in CPU_ATTENTION_TYPES:
+        kwargs["cpu_attention"] = cpu_attention
+    return ModelWorker(name, path, model_type, lambda n, p: resolve(target)(n, p, **kwargs))
 
 
 def handle_bytes(handle: Any) -> int:

@@ -221,8 +221,13 @@ class LocalModelPool:
 
     def _make_handle(self, resolved: Resolved) -> Any:
         if resolved.type in WORKER_LOADERS:
+            engine = self.settings.engine
             return make_worker(
-                resolved.name, resolved.path, resolved.type, self.settings.engine.cpu_float32
+                resolved.name,
+                resolved.path,
+                resolved.type,
+                engine.cpu_float32,
+                engine.cpu_prefill_attention,
             )
         if resolved.type not in TEXT_TYPES:
             raise InvalidRequest(

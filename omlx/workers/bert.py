@@ -96,6 +96,7 @@ class SelfAttention(nn.Module):
         self.query = nn.Linear(c.hidden_size, c.hidden_size)
         self.key = nn.Linear(c.hidden_size, c.hidden_size)
         self.value = nn.Linear(c.hidden_size, c.hidden_size)
+        self._attend = mx.fast.scaled_dot_product_attention  # bert_cpu.py swaps it on a CPU
 
     def __call__(self, x: mx.array, bias: mx.array) -> mx.array:
         b, n, d = x.shape
@@ -105,7 +106,7 @@ class SelfAttention(nn.Module):
             return t.reshape(b, n, h, d // h).transpose(0, 2, 1, 3)
 
         q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
-        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=1 / math.sqrt(d // h), mask=bias)
+        out = self._attend(q, k, v, scale=1 / math.sqrt(d // h), mask=bias)
         return out.transpose(0, 2, 1, 3).reshape(b, n, d)
 
 

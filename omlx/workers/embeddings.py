@@ -18,7 +18,9 @@ from mlx.utils import tree_flatten
 
 from omlx.errors import ImportFailed, InvalidRequest
 from omlx.platform.cpu_precision import compute_in_float32
+from omlx.platform.device import on_gpu
 from omlx.workers.bert import BertConfig, BertModel
+from omlx.workers.bert_cpu import use_cpu_paths
 from omlx.workers.encoder_tokenizer import EncoderTokenizer
 from omlx.workers.extras import EMBEDDINGS, require
 
@@ -53,8 +55,12 @@ def read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def load_bert(path: Path, config: dict[str, Any], *, with_head: bool) -> BertModel:
-    """Our BERT from config.json + safetensors; every weight must match (strict)."""
+def load_bert(
+    path: Path, config: dict[str, Any], *, with_head: bool, cpu_attention: str = "off"
+) -> BertModel:
+    """Our BERT from config.json + safetensors; every weight must match (strict).
+    `cpu_attention` (engine.cpu_prefill_attention): "auto" takes bert_cpu.py's paths on a
+    CPU."""
     model = BertModel(BertConfig.from_dict(config, with_head=with_head))
     weights: dict[str, mx.array] = {}
     for f in sorted(path.glob("*.safetensors")):
@@ -69,6 +75,8 @@ def load_bert(path: Path, config: dict[str, Any], *, with_head: bool) -> BertMod
     except ValueError as e:
         raise ImportFailed(f"{path}: weights do not match the BERT config: {e}") from e
     mx.eval(model.parameters())
+    if cpu_attention == "auto" and not on_gpu():
+        use_cpu_paths(model)
     return model
 
 
@@ -106,13 +114,15 @@ def _is_matryoshka(path: Path, config: dict[str, Any]) -> bool:
         return False
 
 
-def load_embedding_model(name: str, path: Path, *, cpu_float32: str = "off") -> EmbeddingModel:
+def load_embedding_model(
+    name: str, path: Path, *, cpu_float32: str = "off", cpu_attention: str = "auto"
+) -> EmbeddingModel:
     config = read_json(path / "config.json")
     model_type = str(config.get("model_type", ""))
     max_seq = read_json(path / "sentence_bert_config.json").get("max_seq_length")
     pooling, normalize = _pooling(path)
     if model_type in BERT_TYPES:
-        model: Any = load_bert(path, config, with_head=False)
+        model: Any = load_bert(path, config, with_head=False, cpu_attention=cpu_attention)
         limit = model.config.max_tokens
         own = True
     else:

@@ -52,7 +52,7 @@ class CausalReranker:
 
 
 def load_reranker(
-    name: str, path: Path, *, cpu_float32: str = "off"
+    name: str, path: Path, *, cpu_float32: str = "off", cpu_attention: str = "auto"
 ) -> CrossEncoder | CausalReranker:
     config = read_json(path / "config.json")
     archs = config.get("architectures") or [""]
@@ -61,7 +61,7 @@ def load_reranker(
             raise ImportFailed(
                 f"reranker {name!r}: {archs[0]} is not supported (BERT/RoBERTa cross-encoders are)"
             )
-        model = load_bert(path, config, with_head=True)
+        model = load_bert(path, config, with_head=True, cpu_attention=cpu_attention)
         compute_in_float32(model, cpu_float32, name)
         tokenizer = EncoderTokenizer.from_folder(path, model.config.max_tokens)
         return CrossEncoder(name, model, tokenizer, _param_bytes(model))
