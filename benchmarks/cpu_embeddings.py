@@ -1,6 +1,7 @@
 """Embedding batches on a CPU: omlx's BERT with its CPU paths (numpy's softmax, a rational
-erf for GELU), the same BERT with MLX's attention and GELU, and mlx-embeddings' BERT on the
-same weights, in one run.
+erf for GELU), the same in passes of at most 2,048 tokens as `embed` runs a batch on a CPU
+(omlx_capped), the same BERT with MLX's attention and GELU (omlx_off), and mlx-embeddings'
+BERT on the same weights, in one run.
 
     python benchmarks/cpu_embeddings.py [--shapes 32x256,8x512,64x32] [--reps 3] [--out NAME]
 
@@ -23,19 +24,30 @@ from pathlib import Path
 from omlx.platform.blas import reexec_with_blas
 
 RESULTS = Path(__file__).parent / "results"
-ARMS = ("omlx", "omlx_off", "mlx_embeddings")
 
 
 def _models(folder: Path) -> dict:
+    import mlx.core as mx
     from mlx_embeddings.utils import load
 
-    from omlx.workers.embeddings import load_bert
+    from omlx.workers.embeddings import BATCH_SIZE, load_bert
+    from omlx.workers.encoder_batches import CPU_BATCH_TOKENS, batches
 
     config = json.loads((folder / "config.json").read_text())
     peer, _ = load(str(folder))
     ours = load_bert(folder, config, with_head=False, cpu_attention="auto")
     stock = load_bert(folder, config, with_head=False)
+
+    def capped(ids, mask):  # as `embed` splits a batch on a CPU
+        lengths = [ids.shape[1]] * ids.shape[0]
+        parts = [
+            ours(ids[rows[0] : rows[-1] + 1], mask[rows[0] : rows[-1] + 1])
+            for rows in batches(lengths, range(len(lengths)), BATCH_SIZE, CPU_BATCH_TOKENS)
+        ]
+        return mx.concatenate(parts)
+
     return {
+        "omlx_capped": capped,
         "omlx": lambda ids, mask: ours(ids, mask),
         "omlx_off": lambda ids, mask: stock(ids, mask),
         "mlx_embeddings": lambda ids, mask: peer(ids, attention_mask=mask).last_hidden_state,

@@ -21,6 +21,7 @@ from omlx.platform.cpu_precision import compute_in_float32
 from omlx.platform.device import on_gpu
 from omlx.workers.bert import BertConfig, BertModel
 from omlx.workers.bert_cpu import use_cpu_paths
+from omlx.workers.encoder_batches import CPU_BATCH_TOKENS, batches, by_length
 from omlx.workers.encoder_tokenizer import EncoderTokenizer
 from omlx.workers.extras import EMBEDDINGS, require
 
@@ -41,6 +42,7 @@ class EmbeddingModel:
     is_matryoshka: bool  # trained so that leading dimensions work alone
     weight_bytes: int
     is_own_bert: bool = True
+    batch_tokens: int | None = None  # padded tokens a forward pass (encoder_batches.py)
 
     @property
     def max_tokens(self) -> int:
@@ -144,6 +146,7 @@ def load_embedding_model(
         _is_matryoshka(path, config),
         weight_bytes,
         own,
+        None if on_gpu() else CPU_BATCH_TOKENS,
     )
 
 
@@ -186,10 +189,9 @@ def embed(
         else:
             ids = m.tokenizer.check_ids(x)
         seqs.append(ids)
-    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    lengths = [len(s) for s in seqs]
     out: list[list[float]] = [[] for _ in seqs]
-    for start in range(0, len(order), BATCH_SIZE):
-        chunk = order[start : start + BATCH_SIZE]
+    for chunk in batches(lengths, by_length(lengths), BATCH_SIZE, m.batch_tokens):
         vectors = _embed_batch(m, [seqs[i] for i in chunk], dimensions)
         for i, vec in zip(chunk, vectors, strict=True):
             out[i] = vec

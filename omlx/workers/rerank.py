@@ -18,8 +18,10 @@ from mlx.utils import tree_flatten
 
 from omlx.errors import ImportFailed, InvalidRequest
 from omlx.platform.cpu_precision import compute_in_float32
+from omlx.platform.device import on_gpu
 from omlx.workers.bert import BertModel
 from omlx.workers.embeddings import BERT_TYPES, load_bert, read_json
+from omlx.workers.encoder_batches import CPU_BATCH_TOKENS, batches, by_length
 from omlx.workers.encoder_tokenizer import EncoderTokenizer
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,7 @@ class CrossEncoder:
     model: BertModel
     tokenizer: EncoderTokenizer
     weight_bytes: int
+    batch_tokens: int | None = None  # padded tokens a forward pass (encoder_batches.py)
 
 
 @dataclass(slots=True)
@@ -64,7 +67,8 @@ def load_reranker(
         model = load_bert(path, config, with_head=True, cpu_attention=cpu_attention)
         compute_in_float32(model, cpu_float32, name)
         tokenizer = EncoderTokenizer.from_folder(path, model.config.max_tokens)
-        return CrossEncoder(name, model, tokenizer, _param_bytes(model))
+        batch_tokens = None if on_gpu() else CPU_BATCH_TOKENS
+        return CrossEncoder(name, model, tokenizer, _param_bytes(model), batch_tokens)
     from omlx.mlx_lm_compat import load
 
     try:
@@ -90,9 +94,10 @@ def rerank(
 
 def _cross_encode(m: CrossEncoder, query: str, documents: list[str]) -> tuple[list[float], int]:
     pairs = [m.tokenizer.encode_pair(query, d) for d in documents]
-    scores: list[float] = []
-    for start in range(0, len(pairs), BATCH_SIZE):
-        chunk = pairs[start : start + BATCH_SIZE]
+    lengths = [len(p[0]) for p in pairs]
+    scores = [0.0] * len(pairs)
+    for rows in batches(lengths, by_length(lengths), BATCH_SIZE, m.batch_tokens):
+        chunk = [pairs[i] for i in rows]
         ids, mask = m.tokenizer.pad([p[0] for p in chunk])
         types, _ = m.tokenizer.pad([p[1] for p in chunk])
         logits = m.model.classify(mx.array(ids), mx.array(mask), mx.array(types))
@@ -100,8 +105,9 @@ def _cross_encode(m: CrossEncoder, query: str, documents: list[str]) -> tuple[li
         # One logit: sigmoid (ms-marco, bge); two classes: P(relevant) = softmax[1].
         probs = mx.sigmoid(logits[:, 0]) if logits.shape[1] == 1 else mx.softmax(logits, -1)[:, 1]
         mx.eval(probs)
-        scores.extend(probs.tolist())
-    return scores, sum(len(p[0]) for p in pairs)
+        for i, p in zip(rows, probs.tolist(), strict=True):
+            scores[i] = p
+    return scores, sum(lengths)
 
 
 def judge_prompt(tokenizer: Any, query: str, document: str, instruction: str | None) -> list[int]:

@@ -120,3 +120,30 @@ def test_the_pool_passes_the_setting_to_encoder_loaders_only(monkeypatch, tmp_pa
     assert seen["load_embedding_model"] == {"cpu_float32": "on", "cpu_attention": "off"}
     assert seen["load_reranker"] == {"cpu_float32": "on", "cpu_attention": "off"}
     assert seen["load_vlm"] == {"cpu_float32": "on"}
+
+
+def test_token_capped_batches_give_the_vectors_and_scores_in_input_order(
+    tiny_bert_dirs, tiny_cross_encoder_dir: Path
+):
+    rng = np.random.default_rng(5)
+    words = ["cat", "mat", "stock", "fell", "rain", "sun", "law", "tax"]
+    texts = [" ".join(rng.choice(words, size=int(n))) for n in rng.integers(1, 120, 40)]
+    m = load_embedding_model("e", tiny_bert_dirs[0])
+    m.batch_tokens = None
+    whole, tokens, _ = embed(m, texts)
+    m.batch_tokens = 256  # many small passes, some inputs alone
+    capped, tokens_again, _ = embed(m, texts)
+    assert tokens == tokens_again
+    np.testing.assert_allclose(np.array(capped), np.array(whole), atol=2e-6)
+    # input order, not length order: each vector is its own text's
+    alone = np.array(embed(m, [texts[7]])[0][0])
+    np.testing.assert_allclose(np.array(capped[7]), alone, atol=2e-6)
+
+    ce = load_reranker("ce", tiny_cross_encoder_dir)
+    ce.batch_tokens = None
+    whole_scores, _ = rerank(ce, "pets", texts, None)
+    ce.batch_tokens = 256
+    capped_scores, _ = rerank(ce, "pets", texts, None)
+    assert capped_scores == pytest.approx(whole_scores, abs=1e-5)
+    assert capped_scores[7] == pytest.approx(rerank(ce, "pets", [texts[7]], None)[0][0], abs=1e-5)
+    assert len(set(np.round(capped_scores, 4))) > 5  # the scores tell the texts apart
