@@ -42,7 +42,14 @@ def test_the_rational_gelu_is_mlx_gelu():
     assert mx.allclose(ours, ref, rtol=2e-6, atol=2e-6).item()
     assert ours.dtype == ref.dtype == mx.float32
     half = x.astype(mx.bfloat16)
-    assert bert_cpu.gelu_rational(half).dtype == mx.bfloat16
+    ours_half = bert_cpu.gelu_rational(half)
+    assert ours_half.dtype == mx.bfloat16
+    # computed in float32 and rounded once: MLX's float32 GELU of the same inputs, rounded,
+    # but where the two float32 values straddle a rounding boundary (MLX's own bfloat16
+    # GELU, computed in bfloat16, matches it in ~78% of these points)
+    ref_half = nn.gelu(half.astype(mx.float32)).astype(mx.bfloat16)
+    assert mx.mean((ours_half == ref_half).astype(mx.float32)).item() > 0.93
+    assert mx.allclose(ours_half, ref_half, rtol=8e-3, atol=1e-6).item()
 
 
 def test_a_bert_gives_the_same_embeddings_through_them(tiny_bert_dirs, monkeypatch):
