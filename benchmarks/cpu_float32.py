@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from serving_bench import blas_env
 
 from omlx.loadgen.scenarios import run_level
 from omlx.loadgen.server_process import (
+    emit_json_line,
     free_port,
     mlx_lm_command,
     omlx_command,
@@ -112,8 +112,7 @@ def main() -> None:
             result = measure_arm(arm, folder, env, home, off, log, args, label=f"{variant} ")
             row = {"variant": variant, "arm": arm, **result, **run_facts(), "command": command}
             rows.append(row)
-            with out.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+            emit_json_line(row, out)
             print(f"  itl p50 {result['itl_p50_ms']} ms, {result['aggregate_tps']:.2f} tok/s")
     print(markdown(rows, command))
 

@@ -15,7 +15,6 @@ ratios to mlx_lm.server.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from pathlib import Path
 from cpu_float32 import measure_arm
 from serving_bench import blas_env
 
-from omlx.loadgen.server_process import run_facts
+from omlx.loadgen.server_process import emit_json_line, run_facts
 
 RESULTS = Path(__file__).parent / "results"
 ARMS = ("omlx", "omlx_off", "mlx_lm")
@@ -53,8 +52,7 @@ def main() -> None:
         result = measure_arm(arm, folder, env, home, off, log, args, salt=3)
         row = {"arm": arm, **result, **run_facts(), "command": command}
         rows.append(row)
-        with out.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+        emit_json_line(row, out)
         print(f"  ttft p50 {result['ttft_p50_s']} s")
     print(markdown(rows, command))
 
