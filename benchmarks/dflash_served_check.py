@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import time
 from pathlib import Path
 
@@ -74,6 +73,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from omlx.draft.serving import DFlashPath
+    from omlx.loadgen.server_process import emit_json_line
     from omlx.mlx_lm_compat import attention_kernel
     from omlx.platform.device import on_cuda
     from omlx.settings import load_settings
@@ -110,11 +110,7 @@ def main() -> None:
         "plain_s": round(t1 - t0, 2),
         "dflash_s": round(t2 - t1, 2),
     }
-    line = json.dumps(record)
-    print(line)
-    if args.out:
-        with args.out.open("a") as f:
-            f.write(line + "\n")
+    emit_json_line(record, args.out)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ def main() -> None:
     import numpy as np
     from model_dirs import default_model_dir
 
+    from omlx.loadgen.server_process import emit_json_line
     from omlx.mlx_lm_compat import load
     from omlx.platform.cpu_precision import compute_in_float32
 
@@ -73,11 +74,7 @@ def main() -> None:
         record[f"top{k}_median"] = round(float(np.median(mass[:, k - 1])), 3)
         record[f"top{k}_p10"] = round(float(np.percentile(mass[:, k - 1], 10)), 3)
         record[f"top{k}_mean_where_top1_under_0.5"] = round(float(mass[unsure, k - 1].mean()), 3)
-    line = json.dumps(record)
-    print(line)
-    if args.out:
-        with args.out.open("a") as f:
-            f.write(line + "\n")
+    emit_json_line(record, args.out)
 
 
 if __name__ == "__main__":
