@@ -8,8 +8,8 @@ of 32 x 256 tokens in each. Here the softmax goes through the LLMs' CPU prefill 
 (numpy's vectorised exponential; calls of 64 queries or more, like theirs) and GELU's
 erf is a rational function of x^2 (multiplies, adds and one divide, compiled into one
 pass), computed in float32: erf to within 5e-8 in float64 and 4.4e-7 in float32, so the
-GELU is within ~1e-6 of the exact one (MLX's own within ~5e-7). `benchmarks/
-cpu_embeddings.py` times a batch both ways.
+GELU is within ~1e-6 of the exact one (MLX's own within ~5e-7).
+`benchmarks/cpu_embeddings.py` times a batch both ways.
 """
 
 from __future__ import annotations
